@@ -1,0 +1,3 @@
+from grpo_cli.cli import app
+
+app(prog_name="grpo")

@@ -1,0 +1,82 @@
+"""Pulling numeric answers out of text. Shared by data preparation, rewards and evaluation.
+
+Normalisation follows lm-evaluation-harness's gsm8k task (drop commas, `$`, a trailing period) so our
+scores and theirs agree on the same outputs. Never evaluates model output as code.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from typing import Any
+
+# A number as people write it in GSM8K answers: optional sign and $, thousands commas, decimals.
+NUMBER = re.compile(r"-?\$?\d[\d,]*(?:\.\d+)?|-?\$?\.\d+")
+_TAG_CACHE: dict[str, re.Pattern[str]] = {}
+
+
+def normalize_number(text: str) -> str:
+    """'$1,234.50.' -> '1234.50'; the string form lm-eval compares."""
+    text = text.strip().replace(",", "").replace("$", "")
+    return text[:-1] if text.endswith(".") else text
+
+
+def to_number(text: str | None) -> float | None:
+    """A finite float, or None when `text` is not a single number."""
+    if text is None:
+        return None
+    try:
+        value = float(normalize_number(text))
+    except ValueError:
+        return None
+    return value if math.isfinite(value) else None
+
+
+def last_number(text: str) -> str | None:
+    """The last number in free text (lm-eval's flexible-extract idea), normalised."""
+    found = NUMBER.findall(text)
+    return normalize_number(found[-1]) if found else None
+
+
+def gsm8k_gold(answer: str) -> str:
+    """GSM8K reference solutions end in `#### 1,234`; the gold answer is that number without commas."""
+    return normalize_number(answer.split("####")[-1])
+
+
+def tag_content(text: str, tag: str = "answer") -> str | None:
+    """Content of the last <tag>...</tag>; an unclosed final tag runs to the end of the text."""
+    pattern = _TAG_CACHE.get(tag)
+    if pattern is None:
+        escaped = re.escape(tag)
+        pattern = _TAG_CACHE[tag] = re.compile(rf"<{escaped}>(.*?)(?:</{escaped}>|$)", re.DOTALL)
+    matches = pattern.findall(text)
+    return matches[-1].strip() if matches else None
+
+
+def extract_answer(text: str, tag: str = "answer") -> str | None:
+    """The model's final answer: the number inside <answer> if there is one, else the last number."""
+    inside = tag_content(text, tag)
+    if inside is not None:
+        number = last_number(inside)
+        if number is not None:
+            return number
+    return last_number(text)
+
+
+def numbers_equal(predicted: str | None, gold: str | None) -> bool:
+    """Numeric comparison, so '18', '18.0' and '$18' all match a gold '18'."""
+    a, b = to_number(predicted), to_number(gold)
+    if a is None or b is None:
+        return False
+    return abs(a - b) <= 1e-6 * max(1.0, abs(b))
+
+
+def completion_text(completion: Any) -> str:
+    """TRL passes plain strings, or chat messages `[{"role": "assistant", "content": ...}]`."""
+    if isinstance(completion, str):
+        return completion
+    if isinstance(completion, list):
+        return "".join(str(m.get("content", "")) if isinstance(m, dict) else str(m) for m in completion)
+    if isinstance(completion, dict):
+        return str(completion.get("content", ""))
+    return "" if completion is None else str(completion)

@@ -1,0 +1,137 @@
+"""The `grpo` command. Thin commands; the only place that prints user errors and chooses exit codes."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Annotated, Iterator, Optional
+
+import typer
+
+from grpo_cli import __version__
+from grpo_cli.errors import UserError
+
+app = typer.Typer(
+    help="Fine-tune language models with GRPO from YAML recipes: plan memory, train with TRL, evaluate.",
+    no_args_is_help=True,
+    add_completion=False,
+    rich_markup_mode="markdown",
+    pretty_exceptions_enable=False,
+)
+recipes_app = typer.Typer(help="List and copy the shipped recipes.", no_args_is_help=True)
+app.add_typer(recipes_app, name="recipes")
+
+RecipeArg = Annotated[Path, typer.Argument(help="Recipe YAML file.", show_default=False)]
+OverridesArg = Annotated[
+    Optional[list[str]],
+    typer.Argument(help="key.path=value overrides, validated like the file (e.g. training.max_steps=20).", show_default=False),
+]
+
+
+@contextmanager
+def user_errors() -> Iterator[None]:
+    """Turn a user's mistake into one line per problem and exit code 2, never a traceback."""
+    try:
+        yield
+    except UserError as exc:
+        for problem in exc.problems:
+            typer.echo(str(problem), err=True)
+        raise typer.Exit(exc.exit_code) from None
+
+
+def _version(value: bool) -> None:
+    if value:
+        typer.echo(f"grpo {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def main(
+    version: Annotated[
+        Optional[bool], typer.Option("--version", callback=_version, is_eager=True, help="Print the version and exit.")
+    ] = None,
+) -> None:
+    """Fine-tune language models with GRPO from YAML recipes."""
+
+
+@app.command(
+    epilog="**Examples**\n\n"
+    "`grpo validate recipes/demo.yaml`\n\n"
+    "`grpo validate my.yaml training.max_steps=20 lora.r=8`"
+)
+def validate(recipe: RecipeArg, overrides: OverridesArg = None) -> None:
+    """Check a recipe (with overrides) and print it with every default filled in."""
+    import yaml
+
+    from grpo_cli.validation import load_recipe
+
+    with user_errors():
+        loaded = load_recipe(recipe, overrides)
+    typer.echo(yaml.safe_dump(loaded.model_dump(mode="json"), sort_keys=False, allow_unicode=True), nl=False)
+    typer.echo(
+        f"# OK: {recipe} ({loaded.method}, generation batch {loaded.generation_batch_size} completions = "
+        f"{loaded.generation_batch_size // loaded.grpo.num_generations} prompt(s) x {loaded.grpo.num_generations})",
+        err=True,
+    )
+
+
+@app.command(
+    epilog="**Examples**\n\n`grpo schema > grpo-recipe.schema.json`\n\n`grpo schema --output .vscode/grpo.schema.json`"
+)
+def schema(
+    output: Annotated[Optional[Path], typer.Option("--output", "-o", help="Write to this file instead of stdout.")] = None,
+) -> None:
+    """Print the recipe JSON schema, for editor completion and checking."""
+    from grpo_cli.recipe import Recipe
+
+    text = json.dumps(Recipe.model_json_schema(), indent=2)
+    if output is None:
+        typer.echo(text)
+        return
+    with user_errors():
+        _refuse_overwrite(output, force=False)
+        output.write_text(text + "\n", encoding="utf-8")
+    typer.echo(f"wrote {output}", err=True)
+
+
+@recipes_app.command("list", epilog="**Examples**\n\n`grpo recipes list`")
+def recipes_list() -> None:
+    """Show the shipped recipes and the command each one opens with."""
+    from rich.console import Console
+    from rich.table import Table
+
+    from grpo_cli.catalog import first_comment, shipped_recipes
+
+    table = Table("recipe", "how to run it", box=None, pad_edge=False)
+    for name, path in shipped_recipes().items():
+        table.add_row(name, first_comment(path))
+    Console(soft_wrap=True).print(table)
+
+
+@recipes_app.command(
+    "cp",
+    epilog="**Examples**\n\n`grpo recipes cp demo my_demo.yaml`\n\n`grpo recipes cp qwen2.5/0.5b_lora configs/`",
+)
+def recipes_cp(
+    name: Annotated[str, typer.Argument(help="Recipe name from `grpo recipes list`.")],
+    dest: Annotated[Path, typer.Argument(help="File or existing directory to copy into.")],
+    force: Annotated[bool, typer.Option("--force", help="Overwrite an existing file.")] = False,
+) -> None:
+    """Copy a shipped recipe so you can edit your own version."""
+    from grpo_cli.catalog import find_recipe
+
+    with user_errors():
+        source = find_recipe(name)
+        target = dest / source.name if dest.is_dir() else dest
+        _refuse_overwrite(target, force)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(source, target)
+    typer.echo(f"copied {name} to {target}")
+
+
+def _refuse_overwrite(path: Path, force: bool) -> None:
+    if path.exists() and not force:
+        raise UserError(f"{path} already exists; pass --force to overwrite it or choose another name")
+

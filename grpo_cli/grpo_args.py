@@ -1,0 +1,78 @@
+"""The one place where a `Recipe` becomes `GRPOConfig` keyword arguments.
+
+Pure Python (no trl import) so recipe validation can reuse it cheaply.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from grpo_cli.recipe import Recipe
+
+
+def grpo_config_kwargs(recipe: Recipe, output_dir: Path) -> dict[str, Any]:
+    """Map every first-class recipe field onto its GRPOConfig name; `trl:` passthrough entries come last."""
+    model, grpo, training = recipe.model, recipe.grpo, recipe.training
+    kwargs: dict[str, Any] = dict(
+        output_dir=str(output_dir),
+        # Mixed precision follows the weight dtype; float32 weights train in float32.
+        bf16=model.dtype == "bfloat16",
+        fp16=model.dtype == "float16",
+        gradient_checkpointing=model.gradient_checkpointing,
+        trust_remote_code=model.trust_remote_code,
+        # GRPO
+        num_generations=grpo.num_generations,
+        max_completion_length=grpo.max_completion_length,
+        loss_type=grpo.loss_type,
+        beta=grpo.beta,
+        epsilon=grpo.epsilon,
+        epsilon_high=grpo.epsilon_high,
+        delta=grpo.delta,
+        importance_sampling_level=recipe.importance_sampling_level,
+        mask_truncated_completions=grpo.mask_truncated_completions,
+        scale_rewards=grpo.scale_rewards,
+        temperature=grpo.temperature,
+        top_p=grpo.top_p,
+        top_k=grpo.top_k,
+        num_iterations=grpo.num_iterations,
+        use_vllm=grpo.use_vllm,
+        vllm_mode=grpo.vllm_mode,
+        vllm_gpu_memory_utilization=grpo.vllm_gpu_memory_utilization,
+        use_liger_kernel=grpo.use_liger_kernel,
+        reward_weights=[spec.weight for spec in recipe.rewards],
+        # Optimisation
+        learning_rate=training.learning_rate,
+        lr_scheduler_type=training.lr_scheduler_type,
+        # transformers 5 folded warmup_ratio into warmup_steps: a float below 1 is a ratio of total steps.
+        warmup_steps=training.warmup_ratio or training.warmup_steps,
+        weight_decay=training.weight_decay,
+        max_grad_norm=training.max_grad_norm,
+        per_device_train_batch_size=training.per_device_train_batch_size,
+        gradient_accumulation_steps=training.gradient_accumulation_steps,
+        max_steps=training.max_steps,
+        num_train_epochs=training.num_train_epochs,
+        optim=training.optim,
+        seed=training.seed,
+        data_seed=training.seed,
+        logging_steps=training.logging_steps,
+        save_strategy="steps",
+        save_steps=training.save_steps,
+        save_total_limit=training.save_total_limit,
+        report_to=training.report_to,
+        # The tool writes its own completion samples and metrics; TRL's table printing would clutter the console.
+        log_completions=False,
+        disable_tqdm=True,
+    )
+    kwargs.update(recipe.trl)
+    return kwargs
+
+
+def model_init_kwargs(recipe: Recipe) -> dict[str, Any]:
+    """Arguments for `from_pretrained`; the dtype is always explicit (TRL would default to float32)."""
+    return {
+        "dtype": recipe.model.dtype,
+        "attn_implementation": recipe.model.attn_implementation,
+        "revision": recipe.model.revision,
+        "trust_remote_code": recipe.model.trust_remote_code,
+    }

@@ -1,0 +1,234 @@
+"""The recipe schema: one typed `Recipe` that every command receives.
+
+Loading never imports torch or trl (so `grpo validate` stays fast), except to check a `trl:` passthrough
+section against `GRPOConfig` itself.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator
+
+Dtype = Literal["bfloat16", "float16", "float32"]
+LossType = Literal["grpo", "bnpo", "dr_grpo", "dapo", "cispo", "sapo", "luspo", "vespo"]
+Optimizer = Literal[
+    "adamw_torch",
+    "adamw_torch_fused",
+    "adamw_8bit",
+    "adamw_bnb_8bit",
+    "paged_adamw_8bit",
+    "paged_adamw_32bit",
+    "adafactor",
+    "sgd",
+]
+Scheduler = Literal[
+    "linear", "cosine", "cosine_with_restarts", "polynomial", "constant", "constant_with_warmup", "cosine_with_min_lr"
+]
+
+DEFAULT_SYSTEM_PROMPT = (
+    "Respond in the following format:\n<reasoning>\n...\n</reasoning>\n<answer>\n...\n</answer>"
+)
+
+
+class Section(BaseModel):
+    """Every section rejects unknown keys: a typo must never be silently ignored."""
+
+    model_config = ConfigDict(extra="forbid", protected_namespaces=())
+
+
+class ModelSection(Section):
+    name: str = Field(
+        description="Hub id (Qwen/Qwen2.5-0.5B-Instruct), local model directory, or a .gguf file.", min_length=1
+    )
+    dtype: Dtype = Field("bfloat16", description="Weight dtype. TRL would load float32 if none were given.")
+    attn_implementation: Literal["eager", "sdpa", "flash_attention_2", "flash_attention_3", "flex_attention"] = "sdpa"
+    gradient_checkpointing: bool = Field(True, description="Recompute activations in backward to save memory.")
+    trust_remote_code: bool = Field(False, description="Run Python code shipped with the model. Off unless you trust it.")
+    revision: str | None = Field(None, description="Hub branch, tag or commit.")
+    tokenizer: str | None = Field(None, description="Tokenizer id or directory when it differs from the model's.")
+
+
+class LoraSection(Section):
+    r: int = Field(16, ge=1, le=4096, description="LoRA rank.")
+    alpha: int = Field(32, ge=1, description="LoRA scaling numerator (scale = alpha / r).")
+    dropout: float = Field(0.05, ge=0.0, lt=1.0)
+    target_modules: list[str] = Field(
+        default_factory=lambda: ["all-linear"],
+        description="Module names to adapt, or `all-linear` for every Linear layer except the output head.",
+    )
+    bias: Literal["none", "all", "lora_only"] = "none"
+    use_rslora: bool = False
+
+    @field_validator("target_modules", mode="before")
+    @classmethod
+    def _one_name_is_a_list(cls, value: Any) -> Any:
+        return [value] if isinstance(value, str) else value
+
+
+class QuantizationSection(Section):
+    bits: Literal[4, 8] = Field(4, description="4 = QLoRA (NF4/FP4), 8 = LLM.int8 base weights.")
+    quant_type: Literal["nf4", "fp4"] = "nf4"
+    double_quant: bool = Field(True, description="Quantize the block scales too (saves ~0.4 bit/param).")
+    compute_dtype: Dtype | None = Field(None, description="Matmul dtype; defaults to model.dtype.")
+
+
+class DataSection(Section):
+    source: str = Field(
+        "openai/gsm8k",
+        description="Hub dataset name, a local .jsonl/.json/.parquet/.csv file, or `generated` "
+        "(seeded GSM8K-format arithmetic problems, works offline).",
+    )
+    config: str | None = Field(None, description="Hub dataset configuration (GSM8K: main).")
+    split: str = "train"
+    prompt_column: str = "question"
+    answer_column: str | None = Field("answer", description="Column holding the reference answer; null for none.")
+    answer_format: Literal["gsm8k", "plain"] = Field(
+        "gsm8k", description="gsm8k: the gold answer is the number after `####`; plain: the column as is."
+    )
+    system_prompt: str | None = DEFAULT_SYSTEM_PROMPT
+    chat: bool = Field(True, description="Build chat messages (uses the tokenizer's chat template); false: plain text.")
+    max_prompt_length: int | None = Field(
+        None, ge=1, description="Drop prompts longer than this many tokens (the count dropped is reported)."
+    )
+    limit: int | None = Field(None, ge=1, description="Use at most this many rows (for `generated`: how many to make).")
+    shuffle_seed: int | None = Field(None, description="Shuffle rows with this seed before `limit` is applied.")
+
+
+class RewardSpec(Section):
+    name: str = Field(
+        min_length=1, description="Built-in name, `package.module:function`, or `path/to/file.py:function`."
+    )
+    weight: float = 1.0
+    kwargs: dict[str, Any] = Field(default_factory=dict, description="Arguments for parameterised rewards.")
+
+
+class GRPOSection(Section):
+    num_generations: int = Field(8, ge=2, description="Completions sampled per prompt (the group size G).")
+    max_completion_length: int = Field(256, ge=1)
+    loss_type: LossType = "dapo"
+    beta: float = Field(0.0, ge=0.0, description="KL coefficient; > 0 needs a reference model.")
+    epsilon: float = Field(0.2, gt=0.0, description="Lower clipping bound.")
+    epsilon_high: float | None = Field(None, gt=0.0, description="Upper clipping bound (DAPO clip-higher).")
+    delta: float | None = Field(None, gt=0.0, description="Two-sided clipping of the importance ratio.")
+    importance_sampling_level: Literal["token", "sequence"] | None = Field(
+        None, description="Defaults to `sequence` for luspo, `token` otherwise."
+    )
+    mask_truncated_completions: bool = False
+    scale_rewards: Literal["group", "batch", "none"] = "group"
+    temperature: float = Field(1.0, gt=0.0)
+    top_p: float = Field(1.0, gt=0.0, le=1.0)
+    top_k: int = Field(0, ge=0)
+    num_iterations: int = Field(1, ge=1, description="Optimisation passes per generation batch (mu).")
+    use_vllm: bool = False
+    vllm_mode: Literal["colocate", "server"] = "colocate"
+    vllm_gpu_memory_utilization: float = Field(0.3, gt=0.0, le=1.0)
+    use_liger_kernel: bool = Field(False, description="Liger RMSNorm/SwiGLU/RoPE kernels (CUDA only).")
+
+    @field_validator("scale_rewards", mode="before")
+    @classmethod
+    def _bool_scale(cls, value: Any) -> Any:
+        return {True: "group", False: "none"}.get(value, value) if isinstance(value, bool) else value
+
+
+class TrainingSection(Section):
+    output_dir: str | None = Field(None, description="Run directory; defaults to runs/<recipe name>.")
+    learning_rate: float = Field(1e-6, gt=0.0)
+    lr_scheduler_type: Scheduler = "linear"
+    warmup_ratio: float = Field(0.0, ge=0.0, lt=1.0)
+    warmup_steps: int = Field(0, ge=0)
+    weight_decay: float = Field(0.0, ge=0.0)
+    max_grad_norm: float = Field(1.0, ge=0.0)
+    per_device_train_batch_size: int = Field(8, ge=1, description="Completions (not prompts) per micro-batch.")
+    gradient_accumulation_steps: int = Field(1, ge=1)
+    max_steps: int = Field(-1, ge=-1, description="Optimizer steps; -1 uses num_train_epochs.")
+    num_train_epochs: float = Field(1.0, gt=0.0)
+    optim: Optimizer = "adamw_torch"
+    seed: int = 42
+    logging_steps: int = Field(1, ge=1)
+    save_steps: int = Field(100, ge=1)
+    save_total_limit: int | None = Field(2, ge=1)
+    report_to: list[str] = Field(default_factory=lambda: ["none"], description="none, tensorboard, wandb, ...")
+    log_completions: int = Field(4, ge=0, description="Sample completions saved per logging step.")
+
+    @field_validator("report_to", mode="before")
+    @classmethod
+    def _one_target_is_a_list(cls, value: Any) -> Any:
+        return [value] if isinstance(value, str) else value
+
+
+class EvalSection(Section):
+    source: str = Field("openai/gsm8k", description="Hub dataset or local GSM8K-format .jsonl file.")
+    config: str | None = "main"
+    split: str = "test"
+    limit: int | None = Field(None, ge=1)
+    batch_size: int = Field(16, ge=1)
+    max_new_tokens: int = Field(512, ge=1)
+    protocol: Literal["chat", "lm-eval"] = "chat"
+
+
+class HardwareSection(Section):
+    gpu: str | None = Field(None, description="GPU name for `grpo plan` (e.g. A100-80GB, RTX 4090).")
+    gpu_memory_gb: float | None = Field(None, gt=0.0, description="Memory per GPU, when the name is not enough.")
+    num_gpus: int = Field(1, ge=1)
+
+
+class Recipe(Section):
+    """A whole GRPO run. Absent `lora` = full fine-tuning; `quantization` + `lora` = QLoRA."""
+
+    name: str | None = Field(None, description="Run name; defaults to the recipe file name.")
+    model: ModelSection
+    lora: LoraSection | None = None
+    quantization: QuantizationSection | None = None
+    data: DataSection = Field(default_factory=DataSection)
+    rewards: list[RewardSpec] = Field(min_length=1)
+    grpo: GRPOSection = Field(default_factory=GRPOSection)
+    training: TrainingSection = Field(default_factory=TrainingSection)
+    eval: EvalSection = Field(default_factory=EvalSection)
+    hardware: HardwareSection = Field(default_factory=HardwareSection)
+    trl: dict[str, Any] = Field(
+        default_factory=dict, description="Any other GRPOConfig field, checked against GRPOConfig itself."
+    )
+
+    _source: Path | None = PrivateAttr(None)
+
+    @field_validator("rewards", mode="before")
+    @classmethod
+    def _bare_names(cls, value: Any) -> Any:
+        if isinstance(value, list):
+            return [{"name": item} if isinstance(item, str) else item for item in value]
+        return value
+
+    @property
+    def run_name(self) -> str:
+        return self.name or (self._source.stem if self._source else "grpo")
+
+    @property
+    def output_dir(self) -> Path:
+        return Path(self.training.output_dir or f"runs/{self.run_name}")
+
+    @property
+    def method(self) -> str:
+        if self.lora is None:
+            return "full"
+        return "qlora" if self.quantization is not None else "lora"
+
+    @property
+    def num_processes(self) -> int:
+        return 1
+
+    @property
+    def steps_per_generation(self) -> int:
+        return int(self.trl.get("steps_per_generation") or self.training.gradient_accumulation_steps)
+
+    @property
+    def generation_batch_size(self) -> int:
+        """Completions generated at once: TRL's per-device batch x processes x steps_per_generation."""
+        if self.trl.get("generation_batch_size"):
+            return int(self.trl["generation_batch_size"])
+        return self.training.per_device_train_batch_size * self.num_processes * self.steps_per_generation
+
+    @property
+    def importance_sampling_level(self) -> str:
+        return self.grpo.importance_sampling_level or ("sequence" if self.grpo.loss_type == "luspo" else "token")

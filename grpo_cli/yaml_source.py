@@ -1,0 +1,134 @@
+"""Reading recipe YAML with line numbers, and merging `key.path=value` overrides into it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from grpo_cli.errors import Problem, UserError
+
+KeyPath = tuple[str | int, ...]
+COMMAND_LINE = "command line"
+
+
+def format_path(path: KeyPath) -> str:
+    """("rewards", 0, "name") -> "rewards[0].name"."""
+    out = ""
+    for part in path:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+    return out
+
+
+def read_yaml(file: Path) -> tuple[dict[str, Any], dict[KeyPath, int]]:
+    """Parse a recipe with `yaml.safe_load` semantics; also return the 1-based line of every key path."""
+    source = str(file)
+    try:
+        text = file.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise UserError(f"recipe file not found: {file}", source=None) from None
+    except (IsADirectoryError, PermissionError, UnicodeDecodeError) as exc:
+        raise UserError(f"cannot read recipe: {exc}", source=source) from None
+    try:
+        node = yaml.compose(text, Loader=yaml.SafeLoader)
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        line = mark.line + 1 if mark is not None else None
+        reason = getattr(exc, "problem", None) or str(exc)
+        raise UserError([Problem(f"YAML syntax error: {reason}", line=line, source=source)]) from None
+    if data is None:
+        raise UserError([Problem("the recipe is empty; start from `grpo recipes cp demo my.yaml`", source=source)])
+    if not isinstance(data, dict):
+        line = node.start_mark.line + 1 if node is not None else None
+        raise UserError([Problem("the recipe must be a mapping of sections (model:, data:, ...)", line=line, source=source)])
+    lines: dict[KeyPath, int] = {}
+    duplicates: list[Problem] = []
+    _collect_lines(node, (), lines, duplicates, source)
+    if duplicates:
+        raise UserError(duplicates)
+    return data, lines
+
+
+def _collect_lines(node: yaml.Node, path: KeyPath, lines: dict, duplicates: list, source: str) -> None:
+    if isinstance(node, yaml.MappingNode):
+        seen: set = set()
+        for key_node, value_node in node.value:
+            key = key_node.value
+            child = (*path, key)
+            if key in seen:
+                # safe_load silently keeps the last value; a user almost never means that.
+                duplicates.append(
+                    Problem("duplicate key; it is also set above", format_path(child), key_node.start_mark.line + 1, source)
+                )
+            seen.add(key)
+            lines[child] = key_node.start_mark.line + 1
+            _collect_lines(value_node, child, lines, duplicates, source)
+    elif isinstance(node, yaml.SequenceNode):
+        for index, item in enumerate(node.value):
+            child = (*path, index)
+            lines[child] = item.start_mark.line + 1
+            _collect_lines(item, child, lines, duplicates, source)
+
+
+def line_of(lines: dict[KeyPath, int], path: KeyPath) -> int | None:
+    """Line of the deepest prefix of `path` written in the file (a missing key points at its parent)."""
+    for end in range(len(path), 0, -1):
+        if path[:end] in lines:
+            return lines[path[:end]]
+    return None
+
+
+def parse_override(item: str) -> tuple[KeyPath, Any]:
+    """`training.max_steps=20` -> (("training", "max_steps"), 20); values are YAML scalars or flow lists."""
+    key, sep, raw = item.partition("=")
+    key = key.strip()
+    if not sep or not key or any(not part for part in key.split(".")):
+        raise UserError(
+            [Problem(f"override {item!r} must look like key.path=value, e.g. training.max_steps=20", source=COMMAND_LINE)]
+        )
+    try:
+        value = yaml.safe_load(raw) if raw.strip() else None
+    except yaml.YAMLError:
+        value = raw  # a plain string such as `a: b` is still a sensible value
+    path: KeyPath = tuple(int(p) if p.isdigit() else p for p in key.split("."))
+    return path, value
+
+
+def apply_overrides(data: dict[str, Any], overrides: list[str]) -> set[KeyPath]:
+    """Merge overrides into the parsed YAML in place, before validation, so they are checked like the file."""
+    written: set[KeyPath] = set()
+    for item in overrides:
+        path, value = parse_override(item)
+        target: Any = data
+        for depth, part in enumerate(path[:-1]):
+            nxt = _child(target, part)
+            if nxt is None:
+                nxt = {}
+                _set_child(target, part, nxt, item)
+            elif not isinstance(nxt, (dict, list)):
+                where = format_path(path[: depth + 1])
+                raise UserError([Problem(f"override {item!r}: {where} is a value, not a section", where, source=COMMAND_LINE)])
+            target = nxt
+        _set_child(target, path[-1], value, item)
+        written.add(path)
+    return written
+
+
+def _child(container: Any, part: str | int) -> Any:
+    if isinstance(container, list):
+        return container[part] if isinstance(part, int) and part < len(container) else None
+    return container.get(part) if isinstance(container, dict) else None
+
+
+def _set_child(container: Any, part: str | int, value: Any, item: str) -> None:
+    if isinstance(container, list):
+        if not isinstance(part, int) or part > len(container):
+            raise UserError([Problem(f"override {item!r}: list index {part} is out of range", source=COMMAND_LINE)])
+        if part == len(container):
+            container.append(value)
+        else:
+            container[part] = value
+    else:
+        container[str(part)] = value

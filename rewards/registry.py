@@ -1,0 +1,102 @@
+"""Reward lookup: a built-in name, then `package.module:function`, then `path/to/file.py:function`."""
+
+from __future__ import annotations
+
+import difflib
+import importlib
+import importlib.util
+import inspect
+import sys
+from pathlib import Path
+from typing import Any, Callable
+
+from rewards import gsm8k
+
+BUILTINS: dict[str, Callable[..., Any]] = {
+    "correctness": gsm8k.correctness,
+    "integer": gsm8k.integer_answer,
+    "strict_format": gsm8k.strict_format,
+    "soft_format": gsm8k.soft_format,
+    "xml_count": gsm8k.xml_count,
+    "think_format": gsm8k.think_format,
+    "answer_tag": gsm8k.answer_tag_present,
+    "length_target": gsm8k.LengthTarget,
+    "proximity": gsm8k.Proximity,
+}
+
+
+class RewardLookupError(ValueError):
+    """A reward that cannot be found or built; `field` is `name` or `kwargs` for the error's key path."""
+
+    def __init__(self, message: str, field: str = "name"):
+        super().__init__(message)
+        self.field = field
+
+
+class BoundReward:
+    """A user's plain reward function with fixed keyword arguments (picklable, unlike a closure)."""
+
+    def __init__(self, func: Callable[..., Any], kwargs: dict[str, Any]):
+        self.func, self.kwargs = func, dict(kwargs)
+        self.__name__ = getattr(func, "__name__", "reward")
+
+    def __call__(self, *args: Any, **columns: Any) -> Any:
+        return self.func(*args, **{**columns, **self.kwargs})
+
+
+def resolve_reward(name: str, kwargs: dict[str, Any] | None = None) -> Callable[..., Any]:
+    """Return a callable with TRL's reward signature, or raise RewardLookupError with the valid choices."""
+    kwargs = kwargs or {}
+    if name in BUILTINS:
+        return _build(name, BUILTINS[name], kwargs, builtin=True)
+    if ":" not in name:
+        close = difflib.get_close_matches(name, BUILTINS, n=1)
+        hint = f"did you mean `{close[0]}`? " if close else ""
+        raise RewardLookupError(
+            f"unknown reward `{name}`; {hint}built-ins: {', '.join(BUILTINS)}; "
+            "or give your own as package.module:function or path/to/file.py:function"
+        )
+    where, _, attr = name.rpartition(":")
+    module = _load_module(where)
+    if not hasattr(module, attr):
+        raise RewardLookupError(f"`{where}` has no attribute `{attr}`")
+    return _build(name, getattr(module, attr), kwargs, builtin=False)
+
+
+def _load_module(where: str) -> Any:
+    if where.endswith(".py"):
+        path = Path(where).expanduser()
+        if not path.is_file():
+            raise RewardLookupError(f"reward file not found: {path} (relative paths start at {Path.cwd()})")
+        module_name = f"grpo_user_rewards_{abs(hash(str(path.resolve())))}"
+        if module_name in sys.modules:
+            return sys.modules[module_name]
+        spec = importlib.util.spec_from_file_location(module_name, path)
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[module_name] = module  # lets pickling (multi-process data loading) find its functions
+        try:
+            spec.loader.exec_module(module)
+        except Exception as exc:  # the user's file failed to import: say where, not a traceback
+            del sys.modules[module_name]
+            raise RewardLookupError(f"importing {path} failed: {type(exc).__name__}: {exc}") from None
+        return module
+    try:
+        return importlib.import_module(where)
+    except ImportError as exc:
+        raise RewardLookupError(f"cannot import module `{where}`: {exc}") from None
+
+
+def _build(name: str, target: Any, kwargs: dict[str, Any], builtin: bool) -> Callable[..., Any]:
+    if inspect.isclass(target):
+        try:
+            return target(**kwargs)
+        except (TypeError, ValueError) as exc:
+            params = ", ".join(p for p in inspect.signature(target).parameters if p != "self")
+            raise RewardLookupError(f"reward `{name}` rejects kwargs {kwargs}: {exc} (accepts: {params})", "kwargs") from None
+    if not callable(target):
+        raise RewardLookupError(f"`{name}` is not callable")
+    if not kwargs:
+        return target
+    if builtin:
+        raise RewardLookupError(f"reward `{name}` takes no kwargs; remove `kwargs`", "kwargs")
+    return BoundReward(target, kwargs)
