@@ -78,6 +78,29 @@ def validate(recipe: RecipeArg, overrides: OverridesArg = None) -> None:
 
 
 @app.command(
+    epilog="**Examples**\n\n"
+    "`grpo train recipes/demo.yaml`  (offline CPU demo)\n\n"
+    "`grpo train my.yaml training.max_steps=50 lora.r=8`\n\n"
+    "`grpo train my.yaml --resume`  (continue from the last checkpoint)"
+)
+def train(
+    recipe: RecipeArg,
+    overrides: OverridesArg = None,
+    resume: Annotated[bool, typer.Option("--resume", help="Continue the run in output_dir from its last checkpoint.")] = False,
+) -> None:
+    """Train with GRPO: validate the recipe, then run TRL's GRPOTrainer and save the result."""
+    from grpo_cli.validation import load_recipe
+
+    with user_errors():
+        loaded = load_recipe(recipe, overrides)
+        from grpo_cli.trainer import train as run_training
+
+        result = run_training(loaded, resume=resume)
+    if result.interrupted:
+        raise typer.Exit(130)
+
+
+@app.command(
     epilog="**Examples**\n\n`grpo schema > grpo-recipe.schema.json`\n\n`grpo schema --output .vscode/grpo.schema.json`"
 )
 def schema(

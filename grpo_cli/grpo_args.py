@@ -11,11 +11,15 @@ from typing import Any
 from grpo_cli.recipe import Recipe
 
 
-def grpo_config_kwargs(recipe: Recipe, output_dir: Path) -> dict[str, Any]:
-    """Map every first-class recipe field onto its GRPOConfig name; `trl:` passthrough entries come last."""
+def grpo_config_kwargs(recipe: Recipe, output_dir: Path, on_cpu: bool = False) -> dict[str, Any]:
+    """Map every first-class recipe field onto its GRPOConfig name; `trl:` passthrough entries come last.
+
+    `on_cpu`: no GPU here; transformers then needs `use_cpu=True` to accept bf16/fp16 settings.
+    """
     model, grpo, training = recipe.model, recipe.grpo, recipe.training
     kwargs: dict[str, Any] = dict(
         output_dir=str(output_dir),
+        use_cpu=on_cpu,
         # Mixed precision follows the weight dtype; float32 weights train in float32.
         bf16=model.dtype == "bfloat16",
         fp16=model.dtype == "float16",

@@ -32,3 +32,136 @@ def model_location(name: str) -> str:
         return str(path)
     path = Path(name).expanduser()
     return str(path) if path.exists() else name
+
+
+def cache_root() -> Path:
+    import os
+
+    return Path(os.environ.get("GRPO_CACHE", Path.home() / ".cache" / "grpo"))
+
+
+def plain_model_dir(gguf: Path) -> Path:
+    """Dequantize a .gguf file once into a cached plain model directory.
+
+    The Trainer refuses a model still marked as GGUF-quantized, so the quantizer marker is dropped before
+    saving. The cache key includes size and mtime, so a changed file is converted again.
+    """
+    stat = gguf.stat()
+    target = cache_root() / "gguf" / f"{gguf.stem}-{stat.st_size}-{int(stat.st_mtime)}"
+    if (target / "config.json").exists():
+        return target
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    model = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name, dtype=torch.bfloat16)
+    tokenizer = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
+    model.hf_quantizer = None
+    if hasattr(model.config, "quantization_config"):
+        del model.config.quantization_config
+    partial = target.with_name(target.name + ".partial")
+    model.save_pretrained(partial)
+    tokenizer.save_pretrained(partial)
+    partial.rename(target)  # a crash mid-save never leaves a half-written cache entry behind
+    return target
+
+
+def resolve_model_path(name: str) -> str:
+    """Hub id or a loadable local directory (GGUF files are converted first)."""
+    location = model_location(name)
+    if location.endswith(".gguf"):
+        return str(plain_model_dir(Path(location)))
+    return location
+
+
+def load_tokenizer(recipe):
+    """Left-padded tokenizer (generation needs left padding), with a pad token."""
+    from transformers import AutoTokenizer
+
+    source = recipe.model.tokenizer or resolve_model_path(recipe.model.name)
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(
+            source, padding_side="left", revision=recipe.model.revision, trust_remote_code=recipe.model.trust_remote_code
+        )
+    except (OSError, ValueError) as exc:
+        raise UserError(_not_found(source, exc), path="model.tokenizer" if recipe.model.tokenizer else "model.name") from None
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    return tokenizer
+
+
+def quantization_config(recipe):
+    """bitsandbytes config for QLoRA (4-bit) or 8-bit base weights; None for full and plain LoRA."""
+    q = recipe.quantization
+    if q is None:
+        return None
+    import torch
+    from transformers import BitsAndBytesConfig
+
+    if q.bits == 8:
+        return BitsAndBytesConfig(load_in_8bit=True)
+    return BitsAndBytesConfig(
+        load_in_4bit=True,
+        bnb_4bit_quant_type=q.quant_type,
+        bnb_4bit_use_double_quant=q.double_quant,
+        bnb_4bit_compute_dtype=getattr(torch, q.compute_dtype or recipe.model.dtype),
+        # Keep non-Linear weights in the compute dtype (transformers' default storage is uint8 packing).
+        bnb_4bit_quant_storage=torch.uint8,
+    )
+
+
+def load_model(recipe):
+    """The policy model, in the recipe's dtype (never TRL's float32 default), quantized for QLoRA."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    location = resolve_model_path(recipe.model.name)
+    kwargs = dict(
+        dtype=getattr(torch, recipe.model.dtype),
+        attn_implementation=recipe.model.attn_implementation,
+        revision=recipe.model.revision,
+        trust_remote_code=recipe.model.trust_remote_code,
+    )
+    quant = quantization_config(recipe)
+    if quant is not None:
+        kwargs["quantization_config"] = quant
+        if torch.cuda.is_available():
+            from accelerate import PartialState
+
+            # Quantized weights are placed at load time, one whole copy per process.
+            kwargs["device_map"] = {"": PartialState().local_process_index}
+    try:
+        model = AutoModelForCausalLM.from_pretrained(location, **kwargs)
+    except OSError as exc:
+        raise UserError(_not_found(location, exc), path="model.name") from None
+    except ImportError as exc:  # flash-attn or another optional kernel package is missing
+        raise UserError(f"{exc}", path="model.attn_implementation") from None
+    return model
+
+
+def _not_found(name: str, exc: Exception) -> str:
+    import os
+
+    offline = os.environ.get("HF_HUB_OFFLINE") == "1"
+    reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    return (
+        f"cannot load `{name}`: {reason[:200]}. "
+        + ("HF_HUB_OFFLINE=1 is set: download it first or point model.name at a local directory or .gguf file"
+           if offline else "check the hub id, your network and HF_TOKEN, or point model.name at a local directory or .gguf file")
+    )
+
+
+def lora_config(recipe):
+    """peft LoraConfig from the recipe's `lora` section (`all-linear` spares the output head)."""
+    from peft import LoraConfig
+
+    lora = recipe.lora
+    targets = lora.target_modules
+    return LoraConfig(
+        r=lora.r,
+        lora_alpha=lora.alpha,
+        lora_dropout=lora.dropout,
+        target_modules="all-linear" if targets == ["all-linear"] else targets,
+        bias=lora.bias,
+        use_rslora=lora.use_rslora,
+        task_type="CAUSAL_LM",
+    )

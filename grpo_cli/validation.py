@@ -227,6 +227,7 @@ def trl_problems(recipe: Recipe) -> list[tuple[KeyPath, str]]:
 
     from grpo_cli.grpo_args import grpo_config_kwargs
 
+    import torch
     from trl import GRPOConfig
 
     names = [f.name for f in dataclasses.fields(GRPOConfig)]
@@ -243,7 +244,7 @@ def trl_problems(recipe: Recipe) -> list[tuple[KeyPath, str]]:
         return out
     with tempfile.TemporaryDirectory() as tmp:
         try:
-            GRPOConfig(**grpo_config_kwargs(recipe, Path(tmp)))
+            GRPOConfig(**grpo_config_kwargs(recipe, Path(tmp), on_cpu=not torch.cuda.is_available()))
         except (ValueError, TypeError) as exc:
             out.append((("trl",), f"GRPOConfig rejects these settings: {exc}"))
     return out

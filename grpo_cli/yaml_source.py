@@ -77,7 +77,7 @@ def line_of(lines: dict[KeyPath, int], path: KeyPath) -> int | None:
     for end in range(len(path), 0, -1):
         if path[:end] in lines:
             return lines[path[:end]]
-    return None
+    return 1 if path else None  # a missing top-level section belongs to the file as a whole
 
 
 def parse_override(item: str) -> tuple[KeyPath, Any]:

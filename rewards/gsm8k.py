@@ -67,7 +67,7 @@ def xml_count(prompts=None, completions=None, completion_ids=None, **kwargs) -> 
     """
     out = []
     for text in _texts(completions):
-        score = sum(0.25 for tag in ("<reasoning>", "</reasoning>", "<answer>", "</answer>") if text.count(tag) == 1)
+        score = sum((0.25 for tag in ("<reasoning>", "</reasoning>", "<answer>", "</answer>") if text.count(tag) == 1), 0.0)
         if text.count("</answer>") == 1:
             trailing = text.split("</answer>")[-1].strip()
             score -= min(0.25, 0.001 * len(trailing))

@@ -1,0 +1,133 @@
+"""Trainer callbacks: the metrics file, completion samples, progress display, clean interruption."""
+
+from __future__ import annotations
+
+import json
+import math
+import resource
+import signal
+import sys
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+from transformers import TrainerCallback
+
+from grpo_cli.answers import completion_text
+from grpo_cli.run_dir import METRICS_FILE, SAMPLES_FILE
+
+
+def peak_memory_gb() -> tuple[float, str]:
+    """Peak memory so far: CUDA tensors when on a GPU, else the process's peak resident set."""
+    import torch
+
+    if torch.cuda.is_available():
+        return torch.cuda.max_memory_allocated() / 2**30, "cuda_max_allocated"
+    # ru_maxrss is in KiB on Linux, bytes on macOS.
+    scale = 2**30 if sys.platform == "darwin" else 2**20
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / scale, "cpu_peak_rss"
+
+
+class CompletionRecorder:
+    """Wraps the first reward function to keep the latest batch of (prompt, completion, reward) for samples.
+
+    Uses only the public reward contract, so TRL's internals can change under it.
+    """
+
+    def __init__(self, func: Callable[..., Any]):
+        self.func = func
+        self.__name__ = getattr(func, "__name__", "reward")
+        self.latest: list[dict[str, Any]] = []
+
+    def __call__(self, prompts=None, completions=None, completion_ids=None, **columns):
+        scores = self.func(prompts=prompts, completions=completions, completion_ids=completion_ids, **columns)
+        answers = columns.get("answer") or [None] * len(completions or [])
+        self.latest = [
+            {"prompt": _last_user_message(p), "completion": completion_text(c), "answer": a, self.__name__: s}
+            for p, c, a, s in zip(prompts or [], completions or [], answers, scores)
+        ]
+        return scores
+
+
+def _last_user_message(prompt: Any) -> str:
+    if isinstance(prompt, list) and prompt:
+        return str(prompt[-1].get("content", ""))
+    return str(prompt)
+
+
+class MetricsCallback(TrainerCallback):
+    """One JSON line per logging step, plus a few completion samples; also feeds the progress display."""
+
+    def __init__(self, run_dir: Path, completions_per_step: int, generation_batch: int,
+                 recorder: CompletionRecorder | None, on_metrics: Callable[[dict], None]):
+        self.metrics_path = run_dir / METRICS_FILE
+        self.samples_path = run_dir / SAMPLES_FILE
+        self.completions_per_step = completions_per_step
+        self.generation_batch = generation_batch
+        self.recorder = recorder
+        self.on_metrics = on_metrics
+        self._last_time = time.perf_counter()
+        self._last_step = 0
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        self._last_time = time.perf_counter()
+        self._last_step = state.global_step
+
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        if not state.is_world_process_zero or not logs or "loss" not in logs:
+            return
+        now = time.perf_counter()
+        steps = max(1, state.global_step - self._last_step)
+        step_time = (now - self._last_time) / steps
+        self._last_time, self._last_step = now, state.global_step
+        peak, kind = peak_memory_gb()
+        mean_length = logs.get("completions/mean_length") or 0.0
+        record = {
+            "step": state.global_step,
+            "epoch": logs.get("epoch"),
+            **{k: _finite(v) for k, v in logs.items() if k != "epoch"},
+            "step_time_s": round(step_time, 4),
+            "completion_tokens_per_s": round(mean_length * self.generation_batch / step_time, 2) if step_time else None,
+            "peak_memory_gb": round(peak, 4),
+            "peak_memory_kind": kind,
+        }
+        with self.metrics_path.open("a", encoding="utf-8") as fh:
+            fh.write(json.dumps(record) + "\n")
+        if self.recorder is not None and self.completions_per_step:
+            with self.samples_path.open("a", encoding="utf-8") as fh:
+                for sample in self.recorder.latest[: self.completions_per_step]:
+                    fh.write(json.dumps({"step": state.global_step, **sample}) + "\n")
+        self.on_metrics(record)
+
+
+def _finite(value: Any) -> Any:
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return value
+
+
+class InterruptCallback(TrainerCallback):
+    """Ctrl-C or SIGTERM: finish the current step, save a checkpoint, stop cleanly (then `--resume`)."""
+
+    def __init__(self):
+        self.requested = False
+        self._previous: dict[int, Any] = {}
+
+    def install(self) -> None:
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            self._previous[sig] = signal.signal(sig, self._handle)
+
+    def uninstall(self) -> None:
+        for sig, handler in self._previous.items():
+            signal.signal(sig, handler)
+
+    def _handle(self, signum, frame) -> None:
+        if self.requested:  # a second Ctrl-C means "now"
+            raise KeyboardInterrupt
+        self.requested = True
+        print("\nstopping after this step and saving a checkpoint (Ctrl-C again to abort)...", file=sys.stderr)
+
+    def on_step_end(self, args, state, control, **kwargs):
+        if self.requested:
+            control.should_save = True
+            control.should_training_stop = True

@@ -1,0 +1,59 @@
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+# Tests never reach a hub: a stray download attempt must fail fast, not hang.
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+ASSETS = Path(__file__).parent / "assets"
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(scope="session")
+def tiny_llama(tmp_path_factory) -> Path:
+    from tiny_models import build_model
+
+    return build_model(tmp_path_factory.mktemp("tiny-llama"), "llama")
+
+
+@pytest.fixture(scope="session")
+def tiny_qwen2(tmp_path_factory) -> Path:
+    from tiny_models import build_model
+
+    return build_model(tmp_path_factory.mktemp("tiny-qwen2"), "qwen2")
+
+
+def write_recipe(directory: Path, model_dir: Path, **sections) -> Path:
+    """A small valid training recipe for a tiny model; keyword arguments replace or extend sections."""
+    import yaml
+
+    recipe = {
+        "model": {"name": str(model_dir), "dtype": "float32", "gradient_checkpointing": False},
+        "data": {"source": "generated", "limit": 32, "system_prompt": "Answer briefly."},
+        "rewards": [{"name": "correctness"}, {"name": "length_target", "kwargs": {"target": 8}, "weight": 0.5}],
+        "grpo": {"num_generations": 2, "max_completion_length": 8, "temperature": 1.0},
+        "training": {
+            "output_dir": str(directory / "run"),
+            "learning_rate": 0.05,
+            "per_device_train_batch_size": 4,
+            "max_steps": 2,
+            "save_steps": 1,
+            "logging_steps": 1,
+            "lr_scheduler_type": "constant",
+        },
+    }
+    for key, value in sections.items():
+        if value is None:
+            recipe.pop(key, None)
+        elif isinstance(value, dict) and isinstance(recipe.get(key), dict):
+            recipe[key] = {**recipe[key], **value}
+        else:
+            recipe[key] = value
+    path = directory / "recipe.yaml"
+    path.write_text(yaml.safe_dump(recipe, sort_keys=False))
+    return path
