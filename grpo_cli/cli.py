@@ -95,9 +95,45 @@ def train(
         loaded = load_recipe(recipe, overrides)
         from grpo_cli.trainer import train as run_training
 
-        result = run_training(loaded, resume=resume)
+        try:
+            result = run_training(loaded, resume=resume)
+        except KeyboardInterrupt:  # before the first step (loading) or a second Ctrl-C: nothing to save
+            typer.echo("interrupted", err=True)
+            raise typer.Exit(130) from None
     if result.interrupted:
         raise typer.Exit(130)
+
+
+RunDirArg = Annotated[Path, typer.Argument(help="Run directory written by `grpo train`.", show_default=False)]
+
+
+@app.command(epilog="**Examples**\n\n`grpo report runs/demo`\n\n`grpo report runs/demo --output demo.png`")
+def report(
+    run_dir: RunDirArg,
+    output: Annotated[Optional[Path], typer.Option("--output", "-o", help="PNG path (default RUN_DIR/report.png).")] = None,
+) -> None:
+    """Plot a run's reward (total and per reward), KL and completion length against step."""
+    from grpo_cli.report import plot_run
+
+    with user_errors():
+        written = plot_run(run_dir, output)
+    typer.echo(f"wrote {written}")
+
+
+@app.command(epilog="**Examples**\n\n`grpo export runs/demo --merge merged/demo`")
+def export(
+    run_dir: RunDirArg,
+    merge: Annotated[Path, typer.Option("--merge", help="Write the base model with the LoRA adapter merged in here.")],
+    force: Annotated[bool, typer.Option("--force", help="Replace an existing output directory.")] = False,
+) -> None:
+    """Write a standalone model directory from a LoRA or QLoRA run."""
+    from grpo_cli.export import merge_lora_run
+
+    with user_errors():
+        if merge.exists() and any(merge.iterdir()) and not force:
+            raise UserError(f"{merge} already exists and is not empty; pass --force or choose another directory")
+        written = merge_lora_run(run_dir, merge)
+    typer.echo(f"wrote merged model to {written}")
 
 
 @app.command(

@@ -42,7 +42,9 @@ def prepare_run_dir(recipe: Recipe, resume: bool) -> Path | None:
             path="training.output_dir",
         )
     run_dir.mkdir(parents=True, exist_ok=True)
-    (run_dir / RECIPE_FILE).write_text(
-        yaml.safe_dump(recipe.model_dump(mode="json"), sort_keys=False, allow_unicode=True), encoding="utf-8"
-    )
+    # Name and output_dir are written out so the saved recipe reloads as the same run from anywhere.
+    resolved = recipe.model_dump(mode="json")
+    resolved["name"] = recipe.run_name
+    resolved["training"]["output_dir"] = str(run_dir)
+    (run_dir / RECIPE_FILE).write_text(yaml.safe_dump(resolved, sort_keys=False, allow_unicode=True), encoding="utf-8")
     return None

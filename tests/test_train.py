@@ -1,0 +1,175 @@
+"""Real TRL GRPO steps on tiny models built in the tests: finished, finite loss, trainable weights changed."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file
+from typer.testing import CliRunner
+
+from conftest import ASSETS, ROOT, write_recipe
+from grpo_cli.cli import app
+from grpo_cli.trainer import train
+from grpo_cli.validation import load_recipe
+
+REWARDS = [{"name": f"{ASSETS / 'varied_rewards.py'}:digit_share"}, {"name": "correctness"}]
+
+
+def run(tmp_path: Path, model_dir: Path, **sections):
+    recipe = load_recipe(write_recipe(tmp_path, model_dir, rewards=REWARDS, **sections))
+    result = train(recipe)
+    metrics = [json.loads(line) for line in (result.run_dir / "metrics.jsonl").read_text().splitlines()]
+    return recipe, result, metrics
+
+
+def assert_finished_with_finite_loss(recipe, result, metrics):
+    assert not result.interrupted
+    assert result.global_step == recipe.training.max_steps
+    assert [m["step"] for m in metrics] == list(range(1, recipe.training.max_steps + 1))
+    assert all(math.isfinite(m["loss"]) for m in metrics)
+    assert (result.run_dir / "recipe.yaml").exists() and (result.run_dir / "samples.jsonl").exists()
+
+
+def changed(before: dict[str, torch.Tensor], after: dict[str, torch.Tensor]) -> list[str]:
+    return [k for k in before if k in after and not torch.equal(before[k].float(), after[k].float())]
+
+
+def test_full_finetune_with_reference_model_and_grpo_loss(tmp_path, tiny_llama):
+    recipe, result, metrics = run(tmp_path, tiny_llama, grpo={"beta": 0.1, "loss_type": "grpo"})
+    assert_finished_with_finite_loss(recipe, result, metrics)
+    assert all(m["kl"] is not None and math.isfinite(m["kl"]) for m in metrics)  # a reference model was used
+    before = load_file(tiny_llama / "model.safetensors")
+    after = load_file(result.final_dir / "model.safetensors")
+    assert changed(before, after), "no weight changed in full fine-tuning"
+
+
+def test_lora_dr_grpo_on_qwen2_with_biases(tmp_path, tiny_qwen2):
+    recipe, result, metrics = run(
+        tmp_path, tiny_qwen2, lora={"r": 4, "alpha": 8, "dropout": 0.0}, grpo={"loss_type": "dr_grpo"}
+    )
+    assert_finished_with_finite_loss(recipe, result, metrics)
+    adapter = load_file(result.final_dir / "adapter_model.safetensors")
+    lora_b = {k: v for k, v in adapter.items() if "lora_B" in k}
+    assert lora_b and any(v.abs().sum() > 0 for v in lora_b.values()), "LoRA B starts at zero and must move"
+    base = load_file(tiny_qwen2 / "model.safetensors")
+    assert any(k.endswith("q_proj.bias") for k in base)
+
+
+def test_lora_with_beta_uses_disabled_adapter_as_reference(tmp_path, tiny_llama):
+    recipe, result, metrics = run(tmp_path, tiny_llama, lora={"r": 4, "dropout": 0.0}, grpo={"beta": 0.05, "loss_type": "cispo"})
+    assert_finished_with_finite_loss(recipe, result, metrics)
+    assert all(m["kl"] is not None for m in metrics)
+
+
+def test_qlora_with_8bit_adamw(tmp_path, tiny_llama):
+    pytest.importorskip("bitsandbytes")
+    recipe, result, metrics = run(
+        tmp_path,
+        tiny_llama,
+        model={"name": str(tiny_llama), "dtype": "float32", "gradient_checkpointing": True},
+        lora={"r": 4, "dropout": 0.0},
+        quantization={"bits": 4, "quant_type": "nf4", "compute_dtype": "float32"},
+        training={"optim": "adamw_8bit"},
+    )
+    assert recipe.method == "qlora"
+    assert_finished_with_finite_loss(recipe, result, metrics)
+    adapter = load_file(result.final_dir / "adapter_model.safetensors")
+    assert any(v.abs().sum() > 0 for k, v in adapter.items() if "lora_B" in k)
+
+
+def test_existing_run_is_never_overwritten(tmp_path, tiny_llama):
+    path = write_recipe(tmp_path, tiny_llama, rewards=REWARDS, training={"max_steps": 1})
+    runner = CliRunner()
+    first = runner.invoke(app, ["train", str(path)])
+    assert first.exit_code == 0, first.output
+    metrics = (tmp_path / "run" / "metrics.jsonl").read_text()
+    second = runner.invoke(app, ["train", str(path)])
+    assert second.exit_code == 2 and "--resume" in second.output and "Traceback" not in second.output
+    assert (tmp_path / "run" / "metrics.jsonl").read_text() == metrics
+
+
+def test_missing_model_offline_is_one_line(tmp_path, tiny_llama):
+    path = write_recipe(tmp_path, tiny_llama, rewards=REWARDS, model={"name": "nobody/no-such-model-xyz"})
+    result = CliRunner().invoke(app, ["train", str(path)])
+    assert result.exit_code == 2, result.output
+    assert "model.name: cannot load" in result.output and "Traceback" not in result.output
+
+
+def test_liger_without_cuda_is_a_clear_error(tmp_path, tiny_llama):
+    if torch.cuda.is_available():
+        pytest.skip("this machine has CUDA")
+    path = write_recipe(tmp_path, tiny_llama, rewards=REWARDS, grpo={"use_liger_kernel": True})
+    result = CliRunner().invoke(app, ["train", str(path)])
+    assert result.exit_code == 2 and "grpo.use_liger_kernel" in result.output
+
+
+def _cli(*args: str) -> list[str]:
+    return [sys.executable, "-m", "grpo_cli", *args]
+
+
+def _prompts_by_step(run_dir: Path) -> dict[int, str]:
+    rows = [json.loads(line) for line in (run_dir / "samples.jsonl").read_text().splitlines()]
+    return {r["step"]: r["prompt"] for r in rows}
+
+
+def test_sigint_saves_checkpoint_and_resume_continues_same_data(tmp_path, tiny_llama):
+    steps = 40  # long enough that the signal always lands mid-run, even on a fast machine
+    common = dict(rewards=REWARDS, training={"max_steps": steps, "save_steps": 100})
+    reference_dir = tmp_path / "reference"
+    reference_dir.mkdir()
+    reference = write_recipe(reference_dir, tiny_llama, **common)
+    subprocess.run(_cli("train", str(reference)), check=True, capture_output=True, timeout=600)
+
+    interrupted_dir = tmp_path / "interrupted"
+    interrupted_dir.mkdir()
+    recipe = write_recipe(interrupted_dir, tiny_llama, **common)
+    run_dir = interrupted_dir / "run"
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    process = subprocess.Popen(_cli("train", str(recipe)), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env)
+    deadline = time.time() + 300
+    while time.time() < deadline:
+        metrics = run_dir / "metrics.jsonl"
+        if metrics.exists() and metrics.read_text().count("\n") >= 2:
+            break
+        time.sleep(0.2)
+    process.send_signal(signal.SIGINT)
+    output = process.communicate(timeout=300)[0].decode()
+    assert process.returncode == 130, output
+    assert "Traceback" not in output
+    checkpoints = sorted(run_dir.glob("checkpoint-*"))
+    assert checkpoints, output
+    stopped_at = int(checkpoints[-1].name.split("-")[1])
+    assert 2 <= stopped_at < steps
+
+    resumed = subprocess.run(_cli("train", str(recipe), "--resume"), capture_output=True, text=True, timeout=600)
+    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+    logged = [json.loads(line)["step"] for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert logged == list(range(1, steps + 1))  # no step lost, none repeated
+    assert (run_dir / "final").exists()
+    assert _prompts_by_step(run_dir) == _prompts_by_step(reference_dir / "run")  # same data order
+
+
+def test_report_writes_png_and_export_merges(tmp_path, tiny_llama):
+    recipe, result, _ = run(tmp_path, tiny_llama, lora={"r": 4, "dropout": 0.0}, training={"max_steps": 2})
+    runner = CliRunner()
+    reported = runner.invoke(app, ["report", str(result.run_dir)])
+    assert reported.exit_code == 0, reported.output
+    png = result.run_dir / "report.png"
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 10_000
+    merged_dir = tmp_path / "merged"
+    exported = runner.invoke(app, ["export", str(result.run_dir), "--merge", str(merged_dir)])
+    assert exported.exit_code == 0, exported.output
+    merged = load_file(merged_dir / "model.safetensors")
+    base = load_file(tiny_llama / "model.safetensors")
+    assert set(merged) == set(base) and changed(base, merged)
+    again = runner.invoke(app, ["export", str(result.run_dir), "--merge", str(merged_dir)])
+    assert again.exit_code == 2
