@@ -30,6 +30,8 @@ args = GRPOConfig(
     num_generations=4, max_completion_length=32, temperature=1.0, loss_type="dapo", learning_rate=3e-4,
     lr_scheduler_type="constant", per_device_train_batch_size=8, max_steps=steps, logging_steps=1,
     save_strategy="no", seed=42, report_to="none", reward_weights=[1.0, 0.5],
+    # Full-length completions: every step does the same work whatever is sampled (see train_overhead.py).
+    generation_kwargs={"min_new_tokens": 32},
 )
 trainer = GRPOTrainer(
     model=model, reward_funcs=[correctness, LengthTarget(target=16)], args=args, train_dataset=dataset,

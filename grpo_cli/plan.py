@@ -1,0 +1,275 @@
+"""The memory model behind `grpo plan`: architecture + recipe -> bytes per term -> peak, fit, suggestions.
+
+Notation: P parameters, P_t trainable, w bytes per weight element (bf16 2, fp32 4), G num_generations,
+B completions per micro-batch, S = prompt + completion tokens, V vocab, L layers, h hidden, f ffn size,
+kv = key/value heads x head_dim.
+
+Peak (tensors) = static + max(generation phase, training phase), where static is what lives for the whole
+run (weights, LoRA weights, reference model, optimizer states). Gradients exist only from the first
+backward to the optimizer step (`zero_grad(set_to_none=True)`), so they belong to the training phase.
+
+Constants marked FITTED were fitted to live-tensor peaks measured on real TRL steps
+(benchmarks/memory.py, results in benchmarks/memory_calibration.csv); the others come from the tensor
+shapes in the named source code.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from grpo_cli.architectures import Architecture
+from grpo_cli.recipe import Recipe
+
+GIB = 2**30
+DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4}
+
+# trl/kernels/chunked_logprob.py: the LM head is projected in [TOKEN_CHUNK_SIZE, CHUNK] tiles.
+TOKEN_CHUNK_SIZE = 4096
+VOCAB_CHUNK_SIZE = 32768
+# Without Triton (CPU) `_forward_tile`/`_backward_tile` hold this many float32 tile-sized temporaries at
+# once (z, exp(z - m), and one product); with Triton (CUDA) the folds run in registers. FITTED.
+CPU_HEAD_TEMPORARIES = 8.0
+SCORING_TEMPORARIES = 3.0
+# AdamW (torch, foreach) allocates intermediates the size of the gradients during its step. FITTED.
+OPTIMIZER_TEMPORARIES = 1.0
+
+# Activation bytes per token per decoder layer, in units of w, as c_h x h + c_f x f + c_kv x kv.
+# Without checkpointing every layer keeps these for backward; with it only one layer at a time does
+# (plus the h-sized layer input of every layer). FITTED on Llama- and Qwen2-shaped models with SDPA.
+ACT_HIDDEN = 8.0
+ACT_FFN = 4.0
+ACT_KV = 2.0
+
+# bitsandbytes: NF4/FP4 store 0.5 byte per weight plus one float32 absmax per 64-weight block (0.0625 B);
+# double quantisation stores that absmax in 8 bits with a float32 per 256 blocks (~0.0157 B).
+NF4_BYTES = {True: 0.5 + 1 / 64 + 4 / (64 * 256), False: 0.5 + 4 / 64}
+# LLM.int8: one int8 per weight plus a float32 scale per output row (negligible).
+INT8_BYTES = 1.0
+# bitsandbytes 8-bit optimizers: two uint8 states + a float32 absmax per 256-value block each; tensors
+# under 4096 elements keep 32-bit states (bitsandbytes' min_8bit_size).
+ADAM8_BYTES = 2 + 2 * 4 / 256
+# What nvidia-smi shows beyond torch's live tensors: the CUDA context and the caching allocator's slack.
+CUDA_CONTEXT_GIB = 0.6
+ALLOCATOR_SLACK = 0.10
+
+
+@dataclass
+class Term:
+    name: str
+    bytes: float
+    phase: str  # static | generation | training | comparison
+    formula: str
+
+
+@dataclass
+class Plan:
+    arch: Architecture
+    terms: list[Term]
+    static: float
+    generation: float
+    training: float
+    peak_tensors: float
+    peak_smi: float
+    device: str
+    gpu_bytes: float | None = None
+    suggestions: list[tuple[str, float]] = field(default_factory=list)
+
+    @property
+    def fits(self) -> bool | None:
+        return None if self.gpu_bytes is None else self.peak_smi <= self.gpu_bytes
+
+    def term(self, name: str) -> Term:
+        return next(t for t in self.terms if t.name == name)
+
+
+def _trainable_params(recipe: Recipe, arch: Architecture) -> int:
+    if recipe.lora is None:
+        return arch.params
+    return arch.lora_params(recipe.lora.r, recipe.lora.target_modules)
+
+
+def memory_plan(recipe: Recipe, arch: Architecture, device: str = "cuda", gpu_bytes: float | None = None) -> Plan:
+    """Bytes per term for one process (device), without loading anything."""
+    w = DTYPE_BYTES[recipe.model.dtype]
+    P, h, f, L, V = arch.params, arch.hidden_size, arch.intermediate_size, arch.num_layers, arch.vocab_size
+    G = recipe.grpo.num_generations
+    B = recipe.training.per_device_train_batch_size
+    prompt = recipe.data.max_prompt_length or 256
+    S = prompt + recipe.grpo.max_completion_length
+    gen_batch = B * recipe.steps_per_generation  # completions this process generates at once
+    terms: list[Term] = []
+
+    # --- static: weights, adapters, reference, optimizer states
+    q = recipe.quantization
+    if q is not None and q.bits == 4:
+        per = NF4_BYTES[q.double_quant]
+        weights = arch.linear_params * per + (P - arch.linear_params) * w
+        formula = f"Linear {arch.linear_params / 1e6:.0f}M x {per:.3f} B (NF4 + scales) + other {(P - arch.linear_params) / 1e6:.0f}M x {w} B"
+    elif q is not None:
+        weights = arch.linear_params * INT8_BYTES + (P - arch.linear_params) * w
+        formula = f"Linear {arch.linear_params / 1e6:.0f}M x 1 B (int8) + other x {w} B"
+    else:
+        weights = P * w
+        formula = f"P {P / 1e6:.1f}M x {w} B ({recipe.model.dtype})"
+    terms.append(Term("weights", weights, "static", formula))
+
+    trainable = _trainable_params(recipe, arch)
+    if recipe.lora is not None:
+        # PEFT keeps adapters in float32; TRL casts them to bf16 on a quantised base (QLoRA paper, section 3).
+        adapter_bytes = 2 if q is not None else 4
+        terms.append(Term("lora adapters", trainable * adapter_bytes, "static",
+                          f"r x (in + out) per adapted Linear = {trainable / 1e6:.2f}M x {adapter_bytes} B"))
+        param_bytes = adapter_bytes
+    else:
+        param_bytes = w
+
+    reference = P * w if (recipe.grpo.beta > 0 and recipe.lora is None) else 0.0
+    terms.append(Term("reference model", reference, "static",
+                      "beta > 0, full fine-tuning: a second copy P x w" if reference else
+                      "none (beta = 0, or PEFT: the base with adapters disabled)"))
+
+    optim = recipe.training.optim
+    embedding_fp32 = 0
+    if optim in ("adamw_8bit", "adamw_bnb_8bit", "paged_adamw_8bit"):
+        per_param = ADAM8_BYTES
+        note = f"two 8-bit states + block absmax = {ADAM8_BYTES:.3f} B/param"
+        if recipe.lora is None:
+            # transformers' Trainer registers nn.Embedding weights for 32-bit states (trainer.py, create_optimizer).
+            embedding_fp32 = V * h
+            note += f"; the input embedding ({embedding_fp32 / 1e6:.1f}M) keeps float32 states (8 B/param)"
+    elif optim == "paged_adamw_32bit":
+        per_param, note = 8.0, "two float32 states = 8 B/param"
+    elif optim == "sgd":
+        per_param, note = 0.0, "no state"
+    elif optim == "adafactor":
+        per_param, note = 0.1, "factored second moment (rows + columns): ~0.1 B/param"
+    else:
+        per_param, note = 2.0 * param_bytes, f"exp_avg + exp_avg_sq in the parameter dtype = 2 x {param_bytes} B/param"
+    if optim.startswith("paged") and device == "cuda":
+        note += "; paged: CUDA unified memory, outside torch's allocator (not in max_memory_allocated)"
+    states = (trainable - embedding_fp32) * per_param + embedding_fp32 * 8
+    terms.append(Term("optimizer states", states, "static", f"P_t {trainable / 1e6:.2f}M x {note}"))
+
+    # --- generation phase: the whole generation batch at once (TRL generates gen_batch completions per process)
+    kv_cache = gen_batch * S * 2 * L * arch.kv_dim * w
+    terms.append(Term("generation KV cache", kv_cache, "generation",
+                      f"{gen_batch} sequences x S {S} x 2 (K,V) x L {L} x kv {arch.kv_dim} x {w} B"))
+    # transformers' DynamicCache grows by concatenation: one layer's cache is briefly held twice; the prefill
+    # runs one layer's activations over the prompt tokens; the sampler keeps float32 scores of one position.
+    transient = gen_batch * S * 2 * arch.kv_dim * w + gen_batch * prompt * (ACT_HIDDEN * h + ACT_FFN * f) * w / 4 + 2 * gen_batch * V * 4
+    terms.append(Term("generation transients", transient, "generation",
+                      "one layer's cache copy on growth + one layer's prefill activations + float32 scores"))
+    if recipe.grpo.beta > 0 or recipe.grpo.num_iterations > 1:
+        # After sampling, TRL scores the batch without grad (reference and/or old-policy log-probs) in
+        # micro-batches of B: one layer's activations and the head's tile at a time.
+        rows_s, cols_s = min(B * S, TOKEN_CHUNK_SIZE), min(V, VOCAB_CHUNK_SIZE)
+        scoring = rows_s * cols_s * (w + (SCORING_TEMPORARIES * 4 if device == "cpu" else 0)) + B * S * (ACT_HIDDEN * h + ACT_FFN * f) * w / 4
+        terms.append(Term("scoring forward", scoring, "generation",
+                          "reference/old log-probs after sampling: head tile" + (" + float32 temporaries" if device == "cpu" else "")))
+    if recipe.grpo.use_vllm:
+        terms.append(Term("vLLM reservation", 0.0, "generation",
+                          f"vllm_gpu_memory_utilization {recipe.grpo.vllm_gpu_memory_utilization} of the GPU (added below)"))
+
+    # --- training phase: one micro-batch of B completions of S tokens
+    T = B * S
+    lora = recipe.lora
+    per_token_layer = (ACT_HIDDEN * h + ACT_FFN * f + ACT_KV * arch.kv_dim) * w
+    if lora is not None:
+        # PEFT casts each adapted Linear's input to the adapter dtype (float32 on a bf16/fp16 base) and autograd
+        # keeps that copy for lora_A's backward; with dropout > 0 the dropped-out input is kept as well.
+        inputs = sum(i for n, i, _ in arch.linear_shapes() if lora.target_modules == ["all-linear"] or n in lora.target_modules)
+        adapter_bytes = 2 if q is not None else 4
+        copies = (1 if adapter_bytes != w else 0) + (1 if lora.dropout > 0 else 0)
+        per_token_layer += copies * inputs * adapter_bytes
+    if recipe.model.gradient_checkpointing:
+        activations = T * L * h * w + T * per_token_layer
+        act_formula = f"T {T} tokens x (L {L} x h {h} x {w} B checkpoints + one layer's {per_token_layer / 1e3:.1f} KB/token)"
+    else:
+        activations = T * L * per_token_layer
+        act_formula = f"T {T} tokens x L {L} x {per_token_layer / 1e3:.1f} KB/token (no checkpointing)"
+    terms.append(Term("activations", activations, "training", act_formula))
+
+    rows, cols = min(T, TOKEN_CHUNK_SIZE), min(V, VOCAB_CHUNK_SIZE)
+    tile = rows * cols
+    head = tile * w + T * h * 4  # the mm tile + the float32 accumulator of the hidden-state gradient
+    head_formula = f"tile {rows} x {cols} x {w} B + float32 hidden grad"
+    if device == "cpu":
+        head += CPU_HEAD_TEMPORARIES * tile * 4
+        head_formula += f" + {CPU_HEAD_TEMPORARIES:g} float32 tiles of temporaries (no Triton on CPU)"
+    if lora is None:
+        head += V * h * (4 + w)  # float32 lm_head gradient accumulator, then its cast to the weight dtype
+        head_formula += " + float32 lm_head grad"
+    terms.append(Term("logits (chunked head)", head, "training", head_formula))
+    unchunked = 2 * w * B * S * V
+    terms.append(Term("logits if unchunked", unchunked, "comparison",
+                      f"2 x {w} B x B {B} x S {S} x V {V}: what an unchunked trainer would hold instead"))
+    grads = trainable * param_bytes
+    terms.append(Term("gradients", grads, "training-late", f"P_t {trainable / 1e6:.2f}M x {param_bytes} B"))
+    step_temp = grads * OPTIMIZER_TEMPORARIES if per_param > 4 or optim in ("adamw_torch", "adamw_torch_fused") else 0.0
+    terms.append(Term("optimizer step temporaries", step_temp, "training-late",
+                      f"{OPTIMIZER_TEMPORARIES:g} x gradients (AdamW's foreach intermediates)"))
+
+    static = sum(t.bytes for t in terms if t.phase == "static")
+    generation = sum(t.bytes for t in terms if t.phase == "generation")
+    # The training peak comes either at the LM head's backward (every activation still alive, no parameter
+    # gradient yet) or at the optimizer step (every gradient, activations gone), whichever is larger.
+    at_head_backward = sum(t.bytes for t in terms if t.phase == "training")
+    at_optimizer_step = sum(t.bytes for t in terms if t.phase == "training-late")
+    training = max(at_head_backward, at_optimizer_step)
+    peak = static + max(generation, training)
+    smi = peak * (1 + ALLOCATOR_SLACK) + CUDA_CONTEXT_GIB * GIB
+    if recipe.grpo.use_vllm and gpu_bytes:
+        smi += recipe.grpo.vllm_gpu_memory_utilization * gpu_bytes
+    return Plan(arch, terms, static, generation, training, peak, smi, device, gpu_bytes)
+
+
+# Changes that lower memory, in order of least harm to training. Each returns overrides or None when it
+# does not apply to this recipe.
+def _candidate_changes(recipe: Recipe) -> list[tuple[str, list[str]]]:
+    out: list[tuple[str, list[str]]] = []
+    t, g = recipe.training, recipe.grpo
+    if not recipe.model.gradient_checkpointing:
+        out.append(("gradient checkpointing", ["model.gradient_checkpointing=true"]))
+    if t.optim not in ("adamw_8bit", "adamw_bnb_8bit", "paged_adamw_8bit", "sgd"):
+        out.append(("8-bit AdamW", ["training.optim=adamw_8bit"]))
+    if recipe.lora is None:
+        out.append(("LoRA instead of full fine-tuning", ["lora.r=16", "lora.alpha=32"]))
+    if recipe.quantization is None:
+        out.append(("QLoRA (4-bit base)", ([] if recipe.lora else ["lora.r=16", "lora.alpha=32"]) + ["quantization.bits=4"]))
+    b, ga = t.per_device_train_batch_size, t.gradient_accumulation_steps
+    if b % 2 == 0 and b > 1:
+        out.append(("half the micro-batch, same effective batch",
+                    [f"training.per_device_train_batch_size={b // 2}", f"training.gradient_accumulation_steps={ga * 2}"]))
+    if g.max_completion_length >= 64:
+        out.append(("shorter completions", [f"grpo.max_completion_length={g.max_completion_length // 2}"]))
+    if g.num_generations >= 4 and g.num_generations % 2 == 0:
+        out.append(("fewer generations per prompt", [f"grpo.num_generations={g.num_generations // 2}"]))
+    return out
+
+
+def suggest(recipe: Recipe, arch: Architecture, apply, device: str, gpu_bytes: float) -> list[tuple[str, list[str], float]]:
+    """Cheapest ways to fit: every single change that fits, else the shortest cumulative prefix that does.
+
+    `apply(overrides)` returns the validated Recipe with those overrides, or None if they do not validate.
+    """
+    singles = []
+    changes = _candidate_changes(recipe)
+    for label, overrides in changes:
+        changed = apply(overrides)
+        if changed is not None:
+            plan = memory_plan(changed, arch, device, gpu_bytes)
+            if plan.fits:
+                singles.append((label, overrides, plan.peak_smi))
+    if singles:
+        return singles
+    combined: list[str] = []
+    labels: list[str] = []
+    for label, overrides in changes:
+        trial = apply(combined + overrides)
+        if trial is None:
+            continue
+        combined, labels = combined + overrides, labels + [label]
+        plan = memory_plan(trial, arch, device, gpu_bytes)
+        if plan.fits:
+            return [(" + ".join(labels), combined, plan.peak_smi)]
+    return []

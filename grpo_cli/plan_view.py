@@ -1,0 +1,62 @@
+"""Rendering a memory plan: a table for people, JSON for scripts."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from grpo_cli.plan import GIB, Plan
+
+
+def plan_json(plan: Plan, suggestions: list[tuple[str, list[str], float]], gpu_label: str | None) -> dict[str, Any]:
+    return {
+        "model": plan.arch.name,
+        "params": plan.arch.params,
+        "device": plan.device,
+        "terms": [{"name": t.name, "phase": t.phase, "gib": round(t.bytes / GIB, 4), "formula": t.formula} for t in plan.terms],
+        "static_gib": round(plan.static / GIB, 4),
+        "generation_phase_gib": round(plan.generation / GIB, 4),
+        "training_phase_gib": round(plan.training / GIB, 4),
+        "peak_tensors_gib": round(plan.peak_tensors / GIB, 4),
+        "peak_nvidia_smi_gib": round(plan.peak_smi / GIB, 4),
+        "gpu": gpu_label,
+        "gpu_gib": None if plan.gpu_bytes is None else round(plan.gpu_bytes / GIB, 2),
+        "fits": plan.fits,
+        "suggestions": [{"change": label, "overrides": o, "peak_nvidia_smi_gib": round(peak / GIB, 3)}
+                        for label, o, peak in suggestions],
+    }
+
+
+def print_plan(console: Console, plan: Plan, suggestions, gpu_label: str | None, recipe_file: str) -> None:
+    arch = plan.arch
+    console.print(f"[bold]{arch.name}[/]: {arch.params / 1e9:.2f} B parameters, {arch.num_layers} layers, "
+                  f"hidden {arch.hidden_size}, vocab {arch.vocab_size}" + (" (tied)" if arch.tie_word_embeddings else ""))
+    table = Table(box=None, pad_edge=False)
+    table.add_column("term")
+    table.add_column("phase")
+    table.add_column("GiB", justify="right")
+    table.add_column("how it is computed", overflow="fold")
+    for t in plan.terms:
+        style = "dim" if t.phase == "comparison" else ""
+        table.add_row(t.name, t.phase, f"{t.bytes / GIB:.3f}", t.formula, style=style)
+    console.print(table)
+    which = "generation" if plan.generation >= plan.training else "training"
+    console.print(f"peak = static {plan.static / GIB:.2f} + max(generation {plan.generation / GIB:.2f}, "
+                  f"training {plan.training / GIB:.2f}) -> the {which} phase sets the peak")
+    console.print(f"[bold]peak tensors[/] (torch.cuda.max_memory_allocated): {plan.peak_tensors / GIB:.2f} GiB")
+    console.print(f"[bold]expected in nvidia-smi[/] (+ allocator slack and CUDA context): {plan.peak_smi / GIB:.2f} GiB")
+    if plan.gpu_bytes is None:
+        console.print("no GPU given: add --gpu 24GB (or a name such as 'RTX 4090'), or hardware.gpu in the recipe")
+        return
+    if plan.fits:
+        console.print(f"[green]fits[/] {gpu_label} ({plan.gpu_bytes / GIB:.0f} GiB) with "
+                      f"{(plan.gpu_bytes - plan.peak_smi) / GIB:.1f} GiB to spare")
+        return
+    console.print(f"[red]does not fit[/] {gpu_label} ({plan.gpu_bytes / GIB:.0f} GiB): "
+                  f"{(plan.peak_smi - plan.gpu_bytes) / GIB:.1f} GiB short")
+    if not suggestions:
+        console.print("no single change in the list makes it fit; consider a smaller model or more GPUs")
+    for label, overrides, peak in suggestions:
+        console.print(f"  {label}: {peak / GIB:.2f} GiB  ->  grpo train {recipe_file} {' '.join(overrides)}")
