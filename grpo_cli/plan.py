@@ -26,18 +26,17 @@ DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4}
 # trl/kernels/chunked_logprob.py: the LM head is projected in [TOKEN_CHUNK_SIZE, CHUNK] tiles.
 TOKEN_CHUNK_SIZE = 4096
 VOCAB_CHUNK_SIZE = 32768
-# Without Triton (CPU) `_forward_tile`/`_backward_tile` hold this many float32 tile-sized temporaries at
-# once (z, exp(z - m), and one product); with Triton (CUDA) the folds run in registers. FITTED.
-CPU_HEAD_TEMPORARIES = 8.0
+# Without Triton (CPU) `_forward_tile`/`_backward_tile` hold float32 tile-sized temporaries (z, p, log p,
+# the gradient and its products); with Triton (CUDA) the folds run in registers. FITTED: 7.5 tiles.
+CPU_HEAD_TEMPORARIES = 7.5
+# The no-grad scoring pass (reference / old log-probs) keeps fewer: no backward temporaries.
 SCORING_TEMPORARIES = 3.0
-# AdamW (torch, foreach) allocates intermediates the size of the gradients during its step. FITTED.
-OPTIMIZER_TEMPORARIES = 1.0
 
 # Activation bytes per token per decoder layer, in units of w, as c_h x h + c_f x f + c_kv x kv.
 # Without checkpointing every layer keeps these for backward; with it only one layer at a time does
 # (plus the h-sized layer input of every layer). FITTED on Llama- and Qwen2-shaped models with SDPA.
-ACT_HIDDEN = 8.0
-ACT_FFN = 4.0
+ACT_HIDDEN = 6.0
+ACT_FFN = 2.0
 ACT_KV = 2.0
 
 # bitsandbytes: NF4/FP4 store 0.5 byte per weight plus one float32 absmax per 64-weight block (0.0625 B);
@@ -163,7 +162,8 @@ def memory_plan(recipe: Recipe, arch: Architecture, device: str = "cuda", gpu_by
         # After sampling, TRL scores the batch without grad (reference and/or old-policy log-probs) in
         # micro-batches of B: one layer's activations and the head's tile at a time.
         rows_s, cols_s = min(B * S, TOKEN_CHUNK_SIZE), min(V, VOCAB_CHUNK_SIZE)
-        scoring = rows_s * cols_s * (w + (SCORING_TEMPORARIES * 4 if device == "cpu" else 0)) + B * S * (ACT_HIDDEN * h + ACT_FFN * f) * w / 4
+        scoring = (rows_s * VOCAB_CHUNK_SIZE * w + (rows_s * cols_s * SCORING_TEMPORARIES * 4 if device == "cpu" else 0)
+                   + B * S * (ACT_HIDDEN * h + ACT_FFN * f) * w / 4)
         terms.append(Term("scoring forward", scoring, "generation",
                           "reference/old log-probs after sampling: head tile" + (" + float32 temporaries" if device == "cpu" else "")))
     if recipe.grpo.use_vllm:
@@ -191,8 +191,9 @@ def memory_plan(recipe: Recipe, arch: Architecture, device: str = "cuda", gpu_by
 
     rows, cols = min(T, TOKEN_CHUNK_SIZE), min(V, VOCAB_CHUNK_SIZE)
     tile = rows * cols
-    head = tile * w + T * h * 4  # the mm tile + the float32 accumulator of the hidden-state gradient
-    head_formula = f"tile {rows} x {cols} x {w} B + float32 hidden grad"
+    # The matmul buffer is allocated [rows, VOCAB_CHUNK_SIZE] even when the vocabulary is smaller.
+    head = rows * VOCAB_CHUNK_SIZE * w + T * h * 4  # + the float32 accumulator of the hidden-state gradient
+    head_formula = f"mm buffer {rows} x {VOCAB_CHUNK_SIZE} x {w} B + float32 hidden grad"
     if device == "cpu":
         head += CPU_HEAD_TEMPORARIES * tile * 4
         head_formula += f" + {CPU_HEAD_TEMPORARIES:g} float32 tiles of temporaries (no Triton on CPU)"
@@ -205,9 +206,6 @@ def memory_plan(recipe: Recipe, arch: Architecture, device: str = "cuda", gpu_by
                       f"2 x {w} B x B {B} x S {S} x V {V}: what an unchunked trainer would hold instead"))
     grads = trainable * param_bytes
     terms.append(Term("gradients", grads, "training-late", f"P_t {trainable / 1e6:.2f}M x {param_bytes} B"))
-    step_temp = grads * OPTIMIZER_TEMPORARIES if per_param > 4 or optim in ("adamw_torch", "adamw_torch_fused") else 0.0
-    terms.append(Term("optimizer step temporaries", step_temp, "training-late",
-                      f"{OPTIMIZER_TEMPORARIES:g} x gradients (AdamW's foreach intermediates)"))
 
     static = sum(t.bytes for t in terms if t.phase == "static")
     generation = sum(t.bytes for t in terms if t.phase == "generation")
