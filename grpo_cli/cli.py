@@ -143,7 +143,8 @@ def plan(
     if as_json:
         typer.echo(json.dumps(plan_json(result, suggestions, gpu_label), indent=2))
     else:
-        print_plan(Console(soft_wrap=False), result, suggestions, gpu_label, str(recipe))
+        command = " ".join(["grpo train", str(recipe), *(overrides or [])])
+        print_plan(Console(soft_wrap=False), result, suggestions, gpu_label, command)
 
 
 RunDirArg = Annotated[Path, typer.Argument(help="Run directory written by `grpo train`.", show_default=False)]

@@ -29,7 +29,8 @@ def plan_json(plan: Plan, suggestions: list[tuple[str, list[str], float]], gpu_l
     }
 
 
-def print_plan(console: Console, plan: Plan, suggestions, gpu_label: str | None, recipe_file: str) -> None:
+def print_plan(console: Console, plan: Plan, suggestions, gpu_label: str | None, command: str) -> None:
+    """`command` is the user's `grpo train ...` line (recipe and overrides) the suggestions extend."""
     arch = plan.arch
     console.print(f"[bold]{arch.name}[/]: {arch.params / 1e9:.2f} B parameters, {arch.num_layers} layers, "
                   f"hidden {arch.hidden_size}, vocab {arch.vocab_size}" + (" (tied)" if arch.tie_word_embeddings else ""))
@@ -51,12 +52,17 @@ def print_plan(console: Console, plan: Plan, suggestions, gpu_label: str | None,
         console.print("no GPU given: add --gpu 24GB (or a name such as 'RTX 4090'), or hardware.gpu in the recipe")
         return
     if plan.fits:
-        console.print(f"[green]fits[/] {gpu_label} ({plan.gpu_bytes / GIB:.0f} GiB) with "
+        console.print(f"[green]fits[/] {_gpu(gpu_label, plan)} with "
                       f"{(plan.gpu_bytes - plan.peak_smi) / GIB:.1f} GiB to spare")
         return
-    console.print(f"[red]does not fit[/] {gpu_label} ({plan.gpu_bytes / GIB:.0f} GiB): "
+    console.print(f"[red]does not fit[/] {_gpu(gpu_label, plan)}: "
                   f"{(plan.peak_smi - plan.gpu_bytes) / GIB:.1f} GiB short")
     if not suggestions:
         console.print("no single change in the list makes it fit; consider a smaller model or more GPUs")
     for label, overrides, peak in suggestions:
-        console.print(f"  {label}: {peak / GIB:.2f} GiB  ->  grpo train {recipe_file} {' '.join(overrides)}")
+        console.print(f"  {label}: {peak / GIB:.2f} GiB  ->  {command} {' '.join(overrides)}", soft_wrap=True)
+
+
+def _gpu(label: str | None, plan: Plan) -> str:
+    size = f"{plan.gpu_bytes / GIB:.0f} GiB"
+    return size if label is None or label.endswith("GiB") else f"{label} ({size})"
