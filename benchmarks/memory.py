@@ -30,8 +30,9 @@ ARCHS = {
                   head_dim=64, intermediate_size=1536, vocab_size=49152, tie_word_embeddings=True),
     "qwen2": dict(model_type="qwen2", hidden_size=512, num_hidden_layers=12, num_attention_heads=8, num_key_value_heads=2,
                   head_dim=64, intermediate_size=1792, vocab_size=49152, tie_word_embeddings=False),
-    # CUDA rows: real shapes of larger models (random init; the tokenizer vocabulary is smaller, so the sampled
-    # ids stay in range by masking through `suppress_tokens` is not needed: all ids decode).
+    # For `--matrix cuda`: real shapes of larger models (random init). Not yet run: no GPU was available when
+    # this was written. Their vocabulary is larger than the SmolLM2 tokenizer's, so sampled ids above 49151
+    # must decode without error there; check that on the first CUDA run.
     "qwen2.5-1.5b": dict(model_type="qwen2", hidden_size=1536, num_hidden_layers=28, num_attention_heads=12,
                          num_key_value_heads=2, head_dim=128, intermediate_size=8960, vocab_size=151936, tie_word_embeddings=True),
     "llama-3.2-1b": dict(model_type="llama", hidden_size=2048, num_hidden_layers=16, num_attention_heads=32,
