@@ -150,6 +150,98 @@ def plan(
 RunDirArg = Annotated[Path, typer.Argument(help="Run directory written by `grpo train`.", show_default=False)]
 
 
+@app.command(
+    "eval",
+    epilog="**Examples**\n\n"
+    "`grpo eval recipes/qwen2.5/0.5b_lora.yaml --limit 200`  (the base model)\n\n"
+    "`grpo eval --run runs/qwen2.5-0.5b-lora`  (the trained adapter or model)\n\n"
+    "`grpo eval --compare runs/qwen2.5-0.5b-lora --limit 500`  (base and trained on the same problems)\n\n"
+    "`grpo eval --model HuggingFaceTB/SmolLM2-135M-Instruct --protocol lm-eval --data gsm8k/test.jsonl`",
+)
+def evaluate(
+    recipe: Annotated[Optional[Path], typer.Argument(help="Recipe YAML (optional with --run, --compare or --model).",
+                                                     show_default=False)] = None,
+    overrides: OverridesArg = None,
+    run: Annotated[Optional[Path], typer.Option("--run", help="Evaluate the trained model of this run.")] = None,
+    compare_run: Annotated[Optional[Path], typer.Option("--compare", help="Evaluate base and trained of this run.")] = None,
+    model: Annotated[Optional[str], typer.Option("--model", help="Model hub id, directory or .gguf file.")] = None,
+    adapter: Annotated[Optional[Path], typer.Option("--adapter", help="LoRA adapter directory on top of the model.")] = None,
+    data: Annotated[Optional[str], typer.Option("--data", help="openai/gsm8k, a GSM8K-format .jsonl, or generated.")] = None,
+    split: Annotated[Optional[str], typer.Option("--split", help="Dataset split (default test).")] = None,
+    limit: Annotated[Optional[int], typer.Option("--limit", help="First N problems only.")] = None,
+    batch_size: Annotated[Optional[int], typer.Option("--batch-size", help="Prompts per generation batch.")] = None,
+    max_new_tokens: Annotated[Optional[int], typer.Option("--max-new-tokens", help="Generation budget.")] = None,
+    protocol: Annotated[Optional[str], typer.Option("--protocol", help="chat (default) or lm-eval.")] = None,
+    output: Annotated[Optional[Path], typer.Option("--output", help="Results directory (rerun it to continue).")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the summary as JSON.")] = False,
+) -> None:
+    """GSM8K held-out accuracy of a base model or a trained run, with intervals; resumable."""
+    from rich.console import Console
+
+    from grpo_cli import evaluate as ev
+    from grpo_cli.eval_view import EvalDisplay, comparison_table, summary_table
+    from grpo_cli.run_dir import RECIPE_FILE
+    from grpo_cli.validation import load_recipe
+
+    overrides = list(overrides or [])
+    if recipe is not None and "=" in str(recipe) and not recipe.exists():  # only overrides were given
+        recipe, overrides = None, [str(recipe), *overrides]
+    options = {"model.name": model, "eval.source": data, "eval.split": split, "eval.limit": limit,
+               "eval.batch_size": batch_size, "eval.max_new_tokens": max_new_tokens, "eval.protocol": protocol}
+    overrides += [f"{key}={value}" for key, value in options.items() if value is not None]
+    run_dir = compare_run or run
+    console = Console(stderr=as_json)
+    with user_errors():
+        if run and compare_run:
+            raise UserError("give --run or --compare, not both (--compare evaluates the run too)")
+        if recipe is None and run_dir is None and model is None:
+            raise UserError("nothing to evaluate: give a recipe, --run RUN_DIR, --compare RUN_DIR or --model NAME")
+        if recipe is not None:
+            loaded = load_recipe(recipe, overrides, check_trl=False)
+        elif run_dir is not None:
+            if not (run_dir / RECIPE_FILE).is_file():
+                raise UserError(f"{run_dir} is not a run directory (no {RECIPE_FILE}); give the run written by grpo train")
+            loaded = load_recipe(run_dir / RECIPE_FILE, overrides, check_trl=False)
+        else:
+            loaded = load_recipe(None, overrides, check_trl=False, data={"rewards": [{"name": "correctness"}]})
+        if adapter is not None and not (adapter / "adapter_config.json").is_file():
+            raise UserError(f"{adapter} is not a LoRA adapter directory (no adapter_config.json)")
+        if adapter is not None and run_dir is not None:
+            raise UserError("--adapter evaluates a given adapter; --run/--compare take the run's own")
+
+        tag = f"{loaded.eval.protocol}-{Path(loaded.eval.source).stem if Path(loaded.eval.source).suffix else loaded.eval.split}"
+        base = ev.Target("base" if adapter is None else "adapter", loaded.model.name, str(adapter) if adapter else None)
+        display = EvalDisplay(console)
+        results = []
+        if compare_run is not None:
+            root = output or compare_run / "eval" / tag
+            results.append(ev.evaluate(loaded, base, root / "base", display))
+            results.append(ev.evaluate(loaded, ev.run_target(compare_run, loaded), root / "trained", display))
+            comparison = ev.compare(results[0], results[1], root)
+        else:
+            target = ev.run_target(run, loaded) if run is not None else base
+            default = (run / "eval" / tag / "trained" if run is not None
+                       else Path("evals") / f"{_slug(target.model)}{'-' + _slug(str(adapter)) if adapter else ''}-{tag}")
+            results.append(ev.evaluate(loaded, target, output or default, display))
+            comparison = None
+    if as_json:
+        payload = {"results": [r.summary for r in results], **({"comparison": comparison} if comparison else {})}
+        typer.echo(json.dumps(payload, indent=2))
+        return
+    for result in results:
+        console.print(summary_table(result.summary))
+        console.print(f"per-problem results: {result.output / ev.PREDICTIONS}", highlight=False)
+    if comparison:
+        console.print(comparison_table(comparison))
+
+
+def _slug(name: str) -> str:
+    """A folder name from a hub id or a path: `Qwen/Qwen2.5-0.5B` -> `Qwen2.5-0.5B`."""
+    import re
+
+    return re.sub(r"[^A-Za-z0-9._-]+", "_", Path(name.rstrip("/")).name.removesuffix(".gguf")) or "model"
+
+
 @app.command(epilog="**Examples**\n\n`grpo report runs/demo`\n\n`grpo report runs/demo --output demo.png`")
 def report(
     run_dir: RunDirArg,

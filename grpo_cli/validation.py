@@ -17,14 +17,22 @@ from grpo_cli.yaml_source import COMMAND_LINE, KeyPath, apply_overrides, format_
 LOCAL_DATA_SUFFIXES = (".jsonl", ".json", ".parquet", ".csv")
 
 
-def load_recipe(file: str | Path, overrides: list[str] | None = None, check_trl: bool = True) -> Recipe:
-    """Read, merge overrides, validate. Nothing heavier than pydantic is imported unless a `trl:` section exists."""
-    file = Path(file)
-    data, lines = read_yaml(file)
+def load_recipe(
+    file: str | Path | None, overrides: list[str] | None = None, check_trl: bool = True, data: dict | None = None
+) -> Recipe:
+    """Read, merge overrides, validate. Nothing heavier than pydantic is imported unless a `trl:` section exists.
+
+    With `file=None`, `data` is a recipe assembled from command-line options (`grpo eval --model ...`).
+    """
+    if file is None:
+        data, lines = dict(data or {}), {}
+    else:
+        file = Path(file)
+        data, lines = read_yaml(file)
     overridden = apply_overrides(data, list(overrides or []))
 
     def problem(path: KeyPath, message: str) -> Problem:
-        from_command_line = bool(path) and any(path[: len(o)] == o for o in overridden)
+        from_command_line = file is None or (bool(path) and any(path[: len(o)] == o for o in overridden))
         if from_command_line:
             return Problem(message, format_path(path), source=COMMAND_LINE)
         return Problem(message, format_path(path), line_of(lines, path), str(file))
@@ -35,7 +43,7 @@ def load_recipe(file: str | Path, overrides: list[str] | None = None, check_trl:
         recipe = Recipe.model_validate(data)
     except ValidationError as exc:
         raise UserError([problem(path, msg) for path, msg in _translate(exc) + found]) from None
-    recipe._source = file
+    recipe._source = file  # None: assembled from command-line options
 
     found += cross_field_problems(recipe)
     if check_trl and recipe.trl and not found:
@@ -190,15 +198,15 @@ def path_problems(data: dict[str, Any]) -> list[tuple[KeyPath, str]]:
         elif not model.exists() and looks_like_path(name):
             out.append((("model", "name"), f"no such model file or directory: {model} (relative paths start at {Path.cwd()})"))
 
-    for section in ("data", "eval"):
-        source = _string_at(data, section, "source")
+    for key in (("data", "source"), ("eval", "source"), ("eval", "fewshot_source")):
+        source = _string_at(data, *key)
         if not source:
             continue
         path = Path(source).expanduser()
         if looks_like_path(source) and not path.exists():
-            out.append(((section, "source"), f"data file not found: {path} (relative paths start at {Path.cwd()})"))
+            out.append((key, f"data file not found: {path} (relative paths start at {Path.cwd()})"))
         elif path.is_file() and path.suffix not in LOCAL_DATA_SUFFIXES:
-            out.append(((section, "source"), f"unsupported data file type {path.suffix!r}; use one of {', '.join(LOCAL_DATA_SUFFIXES)}"))
+            out.append((key, f"unsupported data file type {path.suffix!r}; use one of {', '.join(LOCAL_DATA_SUFFIXES)}"))
     return out
 
 

@@ -1,0 +1,83 @@
+"""What `grpo eval` shows: a progress bar with problems/s and the running accuracy, then result tables."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+from rich.table import Table
+
+from grpo_cli.evaluate import FILTERS
+
+
+class EvalDisplay:
+    """A rich bar in a terminal; one plain line per batch elsewhere (CI, logs)."""
+
+    def __init__(self, console: Console):
+        self.console = console
+        self.progress: Progress | None = None
+
+    def start(self, label: str, total: int, done: list[dict[str, Any]]) -> None:
+        self.label, self.total = label, total
+        self.scored = len(done)
+        self.correct = {name: sum(bool(r["correct"][name]) for r in done) for name in FILTERS}
+        self.new = 0
+        if done:
+            self.console.print(f"{label}: continuing, {len(done)} of {total} problems already scored")
+        if self.console.is_terminal:
+            self.progress = Progress(
+                TextColumn(f"[bold]{label}"), MofNCompleteColumn(), BarColumn(), TimeElapsedColumn(),
+                TextColumn("eta"), TimeRemainingColumn(), TextColumn("{task.fields[stats]}"), console=self.console,
+            )
+            self.task = self.progress.add_task(label, total=total, completed=self.scored, stats="generating...")
+            self.progress.start()
+
+    def advance(self, records: list[dict[str, Any]], elapsed_s: float) -> None:
+        self.scored += len(records)
+        self.new += len(records)
+        for name in FILTERS:
+            self.correct[name] += sum(bool(r["correct"][name]) for r in records)
+        rate = self.new / elapsed_s if elapsed_s > 0 else 0.0
+        stats = (f"{rate:.2f} problems/s  acc strict {self.correct['strict-match'] / self.scored:.3f}  "
+                 f"flexible {self.correct['flexible-extract'] / self.scored:.3f}")
+        if self.progress:
+            self.progress.update(self.task, completed=self.scored, stats=stats)
+        else:
+            self.console.print(f"{self.label} {self.scored}/{self.total}  {stats}", highlight=False)
+
+    def stop(self) -> None:
+        if self.progress:
+            self.progress.stop()
+            self.progress = None
+
+
+def _pct(x: float) -> str:
+    return f"{100 * x:.1f}%"
+
+
+def summary_table(summary: dict[str, Any]) -> Table:
+    title = f"{summary['target']}: {summary['model']}" + (f" + {summary['adapter']}" if summary.get("adapter") else "")
+    table = Table(title=f"{title}  ({summary['protocol']}, {summary['problems']} problems)", box=None)
+    for column in ("filter", "accuracy", "95% interval (Wilson)", "correct"):
+        table.add_column(column, justify="left" if column == "filter" else "right")
+    for name, f in summary["filters"].items():
+        table.add_row(name, _pct(f["accuracy"]), f"{_pct(f['ci95'][0])} - {_pct(f['ci95'][1])}",
+                      f"{f['correct']}/{summary['problems']}")
+    session = summary["session"]
+    table.caption = f"format rate {_pct(summary['format_rate'])}   mean completion {summary['mean_new_tokens']:.0f} tokens"
+    if session["problems"]:
+        table.caption += (f"   this run: {session['problems']} problems in {session['wall_s']:.0f}s, "
+                          f"{session['problems_per_s']:.2f} problems/s, {session['tokens_per_s']:.1f} tokens/s")
+    return table
+
+
+def comparison_table(result: dict[str, Any]) -> Table:
+    table = Table(title=f"trained vs base on the same {result['problems']} problems", box=None)
+    for column in ("filter", "base", "trained", "difference", "95% interval (paired)", "fixed", "broken"):
+        table.add_column(column, justify="left" if column == "filter" else "right")
+    for name, f in result["filters"].items():
+        table.add_row(name, _pct(f["base"]), _pct(f["trained"]), f"{100 * f['difference']:+.1f} pts",
+                      f"{100 * f['low']:+.1f} to {100 * f['high']:+.1f}", str(f["fixed"]), str(f["broken"]))
+    table.caption = "an interval that contains 0 means the change is not distinguishable from noise"
+    return table

@@ -1,0 +1,197 @@
+"""`grpo eval`: answer extraction as lm-eval does it, intervals, resuming, and base-vs-trained comparison."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from conftest import write_recipe
+from grpo_cli.answers import LM_EVAL_FLEXIBLE, LM_EVAL_STRICT, lm_eval_exact_match, regex_filter
+from grpo_cli.cli import app
+from grpo_cli.evaluate import Problem, lm_eval_prompts, score
+from grpo_cli.generation import cut_at_stops, length_sorted_batches
+from grpo_cli.stats import paired_difference, wilson_interval
+
+runner = CliRunner()
+GOLD_TEXT = "She pays 2 * 617 = <<2*617=1234>>1234 dollars.\n#### 1234"
+PROBLEM = Problem(0, "How much?", GOLD_TEXT, "1234")
+
+
+@pytest.mark.parametrize(
+    "completion, strict, flexible, strict_ok, flexible_ok",
+    [
+        ("So she pays 1,234.\n#### 1,234", "1,234", "1,234", True, True),  # commas
+        ("The total is $1,234.", "[invalid]", "$1,234.", False, True),  # `$` and a trailing period
+        ("#### 1234.\nQuestion", "1234.", "1234.", True, True),
+        ("It costs 5 then 7 then 1234", "[invalid]", "1234", False, True),  # several numbers: the last
+        ("#### 1234 but then 99", "1234", "99", True, False),  # strict takes the first ####, flexible the last number
+        ("She lost -1234 dollars", "[invalid]", "-1234", False, False),  # negative
+        ("#### 1234.0", "1234.0", "1234.0", False, False),  # lm-eval compares strings: 1234.0 is not 1234
+        ("no idea", "[invalid]", "[invalid]", False, False),  # no number at all
+        ("#### 3.5", "3.5", "3.5", False, False),  # decimals survive normalisation
+    ],
+)
+def test_lm_eval_filters_and_exact_match(completion, strict, flexible, strict_ok, flexible_ok):
+    assert regex_filter(completion, LM_EVAL_STRICT) == strict
+    assert regex_filter(completion, LM_EVAL_FLEXIBLE, group_select=-1) == flexible
+    result = score("lm-eval", completion, PROBLEM)
+    assert result["correct"] == {"strict-match": strict_ok, "flexible-extract": flexible_ok}
+    assert result["formatted"] == (strict != "[invalid]")
+
+
+def test_lm_eval_exact_match_normalises_reference_and_prediction_alike():
+    assert lm_eval_exact_match("-3", "so\n#### -3")
+    assert lm_eval_exact_match("$18.", "#### 18")
+    assert not lm_eval_exact_match("18", "#### 180")
+
+
+@pytest.mark.parametrize(
+    "completion, strict, flexible, correct",
+    [
+        ("<reasoning>2*617</reasoning>\n<answer>\n$1,234.\n</answer>", "1234", "1234", (True, True)),
+        ("<answer>1234.0</answer>", "1234.0", "1234.0", (True, True)),  # numeric comparison under `chat`
+        ("I think 12 and then 1234", None, "1234", (False, True)),  # no tag: only flexible
+        ("<answer>about 5 or 1234</answer> maybe 7", "1234", "1234", (True, True)),  # the last number in the tag
+        ("<answer>unknown</answer> 1234", None, "1234", (False, True)),
+        ("-1234 is wrong", None, "-1234", (False, False)),
+        ("", None, None, (False, False)),
+    ],
+)
+def test_chat_protocol_extraction(completion, strict, flexible, correct):
+    result = score("chat", completion, PROBLEM)
+    assert result["extracted"] == {"strict-match": strict, "flexible-extract": flexible}
+    assert (result["correct"]["strict-match"], result["correct"]["flexible-extract"]) == correct
+    assert result["formatted"] == (strict is not None)
+
+
+def test_wilson_interval_values():
+    # Reference values (Wilson 1927, z = 1.96): 5/10 -> 0.2366..0.7634, 0/10 -> 0..0.2775, 10/10 -> 0.7225..1.
+    assert wilson_interval(5, 10) == pytest.approx((0.2366, 0.7634), abs=1e-4)
+    assert wilson_interval(0, 10) == pytest.approx((0.0, 0.2775), abs=1e-4)
+    assert wilson_interval(10, 10) == pytest.approx((0.7225, 1.0), abs=1e-4)
+    low, high = wilson_interval(81, 200)
+    assert low < 0.405 < high and high - low > 0.13  # 200 problems: a 2-point change is well inside the noise
+
+
+def test_paired_difference_counts_only_changed_problems():
+    before = [True, True, False, False, True, False]
+    after = [True, False, True, True, True, False]
+    result = paired_difference(before, after)
+    assert (result["fixed"], result["broken"], result["n"]) == (2, 1, 6)
+    assert result["difference"] == pytest.approx(1 / 6)
+    assert result["low"] < result["difference"] < result["high"]
+    same = paired_difference(before, before)
+    assert same["difference"] == same["low"] == same["high"] == 0.0
+
+
+def test_lm_eval_prompts_follow_its_sampler_and_format():
+    pool = [{"question": f"q{i}", "answer": f"a{i}\n#### {i}"} for i in range(50)]
+    problems = [Problem(i, f"test {i}", "#### 1", "1") for i in range(5)]
+    prompts = lm_eval_prompts(problems, pool, 5, 1234)
+    assert prompts[:3] == lm_eval_prompts(problems[:3], pool, 5, 1234)  # a limit does not change earlier prompts
+    assert len(set(prompts)) == 5
+    first = prompts[0]
+    assert first.endswith("\n\nQuestion: test 0\nAnswer:") and first.count("Question: ") == 6
+    assert first.startswith("Question: q") and "\nAnswer: a" in first
+
+
+def test_batches_are_length_sorted_and_stops_cut():
+    assert length_sorted_batches([3, 9, 1, 9, 5], 2, ["c", "b", "e", "a", "d"]) == [[3, 1], [4, 0], [2]]
+    assert cut_at_stops(" 42\n\nQuestion: next", ["Question:", "</s>"]) == " 42\n\n"
+
+
+# ---------------------------------------------------------------- the command on a tiny model
+
+
+def eval_cli(*args: str):
+    return runner.invoke(app, ["eval", *args])
+
+
+def predictions(directory: Path) -> list[dict]:
+    return [json.loads(line) for line in (directory / "predictions.jsonl").read_text().splitlines()]
+
+
+def test_eval_resumes_after_interruption_without_losing_or_repeating(tmp_path, tiny_llama):
+    out = tmp_path / "out"
+    common = ["--model", str(tiny_llama), "--data", "generated", "--limit", "6", "--batch-size", "4",
+              "--max-new-tokens", "6", "--output", str(out), "model.dtype=float32"]
+    first = eval_cli(*common)
+    assert first.exit_code == 0, first.output
+    complete = predictions(out)
+    assert sorted(r["index"] for r in complete) == list(range(6))
+    assert {"question", "gold", "completion", "extracted", "correct", "formatted", "new_tokens"} <= set(complete[0])
+
+    # A kill mid-write: two whole records survive, the third is cut short.
+    lines = (out / "predictions.jsonl").read_text().splitlines(keepends=True)
+    (out / "predictions.jsonl").write_text("".join(lines[:2]) + lines[2][:15])
+    second = eval_cli(*common, "--json")
+    assert second.exit_code == 0, second.output
+    resumed = predictions(out)
+    assert sorted(r["index"] for r in resumed) == list(range(6))  # none lost, none twice
+    assert resumed[:2] == complete[:2]  # what was scored stays as it was
+    summary = json.loads(second.stdout)["results"][0]
+    assert summary["problems"] == 6 and summary["session"]["problems"] == 4
+    assert summary == json.loads((out / "summary.json").read_text())
+    assert set(summary["filters"]) == {"strict-match", "flexible-extract"}
+    for name, f in summary["filters"].items():
+        assert f["correct"] == sum(bool(r["correct"][name]) for r in resumed)
+        assert f["ci95"] == pytest.approx(list(wilson_interval(f["correct"], 6)))
+
+    other = eval_cli(*common[:-1], "model.dtype=bfloat16")  # same output, other settings: refuse, keep the file
+    assert other.exit_code == 2 and "other settings" in other.output and "dtype" in other.output
+    assert predictions(out) == resumed
+
+
+def test_eval_lm_eval_protocol_on_local_files(tmp_path, tiny_llama):
+    from grpo_cli.data import generate_problems, write_jsonl
+
+    data = tmp_path / "gsm"
+    data.mkdir()
+    write_jsonl(generate_problems(5, seed=3), data / "test.jsonl")
+    missing = eval_cli("--model", str(tiny_llama), "--protocol", "lm-eval", "--data", str(data / "test.jsonl"))
+    assert missing.exit_code == 2 and "eval.fewshot_source" in missing.output
+    write_jsonl(generate_problems(20, seed=4), data / "train.jsonl")
+    result = eval_cli("--model", str(tiny_llama), "--protocol", "lm-eval", "--data", str(data / "test.jsonl"),
+                      "--max-new-tokens", "5", "--output", str(tmp_path / "out"), "model.dtype=float32")
+    assert result.exit_code == 0, result.output
+    records = predictions(tmp_path / "out")
+    assert len(records) == 5
+    assert all(r["extracted"]["strict-match"] == "[invalid]" or r["formatted"] for r in records)
+
+
+def test_eval_user_mistakes(tmp_path, tiny_llama):
+    nothing = eval_cli()
+    assert nothing.exit_code == 2 and "nothing to evaluate" in nothing.output
+    not_run = eval_cli("--run", str(tmp_path))
+    assert not_run.exit_code == 2 and "not a run directory" in not_run.output
+    bad_limit = eval_cli("--model", str(tiny_llama), "--limit", "0")
+    assert bad_limit.exit_code == 2 and "eval.limit" in bad_limit.output
+    bad_protocol = eval_cli("--model", str(tiny_llama), "--protocol", "lmeval")
+    assert bad_protocol.exit_code == 2 and "eval.protocol" in bad_protocol.output
+    for result in (nothing, not_run, bad_limit, bad_protocol):
+        assert "Traceback" not in result.output
+
+
+def test_compare_base_and_trained_lora_run(tmp_path, tiny_llama):
+    recipe = write_recipe(tmp_path, tiny_llama, lora={"r": 4, "dropout": 0.0}, training={"max_steps": 1})
+    trained = runner.invoke(app, ["train", str(recipe)])
+    assert trained.exit_code == 0, trained.output
+    run_dir = tmp_path / "run"
+    result = eval_cli("--compare", str(run_dir), "--data", "generated", "--limit", "4", "--max-new-tokens", "6")
+    assert result.exit_code == 0, result.output
+    assert "trained vs base" in result.output and "fixed" in result.output
+    root = run_dir / "eval" / "chat-test"
+    comparison = json.loads((root / "comparison.json").read_text())
+    assert comparison["problems"] == 4
+    base, after = predictions(root / "base"), predictions(root / "trained")
+    assert [r["question"] for r in sorted(base, key=lambda r: r["index"])] == \
+        [r["question"] for r in sorted(after, key=lambda r: r["index"])]  # the same problems for both
+    settings = json.loads((root / "trained" / "settings.json").read_text())
+    assert settings["adapter"] == str(run_dir / "final")
+    for name, f in comparison["filters"].items():
+        changed = sum(bool(a["correct"][name]) != bool(b["correct"][name]) for a, b in
+                      zip(sorted(base, key=lambda r: r["index"]), sorted(after, key=lambda r: r["index"])))
+        assert f["fixed"] + f["broken"] == changed
