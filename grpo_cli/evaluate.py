@@ -236,11 +236,12 @@ def settings_of(recipe: Recipe, target: Target) -> dict[str, Any]:
 def evaluate(recipe: Recipe, target: Target, output: Path, display=None) -> EvalResult:
     """Score every problem of the split (up to eval.limit) that `output` does not hold yet."""
     ev = recipe.eval
-    store = PredictionStore(output, settings_of(recipe, target))
     import datasets
 
     datasets.disable_progress_bars()  # the "Generating train split" bar would sit above our own
     problems = load_problems(ev)
+    pool = fewshot_pool(ev) if ev.protocol == "lm-eval" and ev.num_fewshot else []  # its errors come before any file
+    store = PredictionStore(output, settings_of(recipe, target))
     todo = [p for p in problems if p.index not in store.records]
     wall, new_tokens = 0.0, 0
     if todo:
@@ -248,7 +249,7 @@ def evaluate(recipe: Recipe, target: Target, output: Path, display=None) -> Eval
         generator, tokenizer = _generator(model_recipe, target, max_new_tokens(ev))
         if ev.protocol == "lm-eval":
             # Prompts for a prefix of the split, so the sampler's draws match lm-eval's; then keep the ones to do.
-            all_prompts = lm_eval_prompts(problems, fewshot_pool(ev) if ev.num_fewshot else [], ev.num_fewshot,
+            all_prompts = lm_eval_prompts(problems, pool, ev.num_fewshot,
                                           ev.fewshot_seed)
             prompts = [all_prompts[p.index] for p in todo]
         else:
@@ -283,7 +284,9 @@ def _generator(recipe: Recipe, target: Target, budget: int):
     """vLLM when installed on CUDA (not for bitsandbytes-quantized models), else transformers' generate."""
     import torch
 
-    from grpo_cli.generation import HFGenerator, VLLMGenerator, vllm_available
+    from grpo_cli.generation import (
+        ContinuousGenerator, HFGenerator, VLLMGenerator, supports_continuous_batching, vllm_available,
+    )
     from grpo_cli.models import load_model, load_tokenizer, resolve_model_path
     from grpo_cli.trainer import quiet_libraries
 
@@ -304,7 +307,8 @@ def _generator(recipe: Recipe, target: Target, budget: int):
         model = model.to("cuda")
     model.eval()
     max_length = getattr(model.config, "max_position_embeddings", None)
-    return HFGenerator(model, tokenizer, budget, stops, max_length), tokenizer
+    engine = ContinuousGenerator if supports_continuous_batching(model) else HFGenerator
+    return engine(model, tokenizer, budget, stops, max_length), tokenizer
 
 
 def run_target(run_dir: Path, recipe: Recipe) -> Target:

@@ -151,8 +151,10 @@ def test_eval_lm_eval_protocol_on_local_files(tmp_path, tiny_llama):
     data = tmp_path / "gsm"
     data.mkdir()
     write_jsonl(generate_problems(5, seed=3), data / "test.jsonl")
-    missing = eval_cli("--model", str(tiny_llama), "--protocol", "lm-eval", "--data", str(data / "test.jsonl"))
+    missing = eval_cli("--model", str(tiny_llama), "--protocol", "lm-eval", "--data", str(data / "test.jsonl"),
+                       "--output", str(tmp_path / "out"))
     assert missing.exit_code == 2 and "eval.fewshot_source" in missing.output
+    assert not (tmp_path / "out").exists()  # a mistake leaves nothing behind
     write_jsonl(generate_problems(20, seed=4), data / "train.jsonl")
     result = eval_cli("--model", str(tiny_llama), "--protocol", "lm-eval", "--data", str(data / "test.jsonl"),
                       "--max-new-tokens", "5", "--output", str(tmp_path / "out"), "model.dtype=float32")
@@ -163,7 +165,7 @@ def test_eval_lm_eval_protocol_on_local_files(tmp_path, tiny_llama):
 
 
 def test_eval_user_mistakes(tmp_path, tiny_llama):
-    nothing = eval_cli()
+    nothing = eval_cli("--output", str(tmp_path / "never"))
     assert nothing.exit_code == 2 and "nothing to evaluate" in nothing.output
     not_run = eval_cli("--run", str(tmp_path))
     assert not_run.exit_code == 2 and "not a run directory" in not_run.output
