@@ -89,7 +89,8 @@ class MetricsCallback(TrainerCallback):
             "step_time_s": round(step_time, 4),
             "completion_tokens_per_s": round(mean_length * self.generation_batch / step_time, 2) if step_time else None,
             "peak_memory_gb": round(peak, 4),
-            "peak_memory_kind": kind,
+            "peak_memory_kind": kind,  # rank 0's
+            "world_size": args.world_size,
         }
         with self.metrics_path.open("a", encoding="utf-8") as fh:
             fh.write(json.dumps(record) + "\n")

@@ -81,18 +81,29 @@ def validate(recipe: RecipeArg, overrides: OverridesArg = None) -> None:
     epilog="**Examples**\n\n"
     "`grpo train recipes/demo.yaml`  (offline CPU demo)\n\n"
     "`grpo train my.yaml training.max_steps=50 lora.r=8`\n\n"
-    "`grpo train my.yaml --resume`  (continue from the last checkpoint)"
+    "`grpo train my.yaml --resume`  (continue from the last checkpoint)\n\n"
+    "`grpo train my.yaml --num-processes 8 --strategy zero3`  (8 GPUs through accelerate + DeepSpeed)"
 )
 def train(
     recipe: RecipeArg,
     overrides: OverridesArg = None,
     resume: Annotated[bool, typer.Option("--resume", help="Continue the run in output_dir from its last checkpoint.")] = False,
+    num_processes: Annotated[Optional[int], typer.Option("--num-processes", help="Processes (GPUs) through accelerate.")] = None,
+    strategy: Annotated[Optional[str], typer.Option("--strategy", help="ddp, fsdp, zero2 or zero3.")] = None,
+    accelerate_config: Annotated[Optional[Path], typer.Option("--accelerate-config", help="Your own accelerate config.")] = None,
 ) -> None:
     """Train with GRPO: validate the recipe, then run TRL's GRPOTrainer and save the result."""
     from grpo_cli.validation import load_recipe
 
+    options = {"distributed.num_processes": num_processes, "distributed.strategy": strategy,
+               "distributed.accelerate_config": accelerate_config}
+    overrides = [*(overrides or []), *(f"{k}={v}" for k, v in options.items() if v is not None)]
     with user_errors():
         loaded = load_recipe(recipe, overrides)
+        from grpo_cli import distributed
+
+        if distributed.wants_launch(loaded):
+            raise typer.Exit(_launch(loaded, [str(recipe), *overrides, *(["--resume"] if resume else [])], resume))
         from grpo_cli.trainer import train as run_training
 
         try:
@@ -102,6 +113,22 @@ def train(
             raise typer.Exit(130) from None
     if result.interrupted:
         raise typer.Exit(130)
+
+
+def _launch(recipe, train_args: list[str], resume: bool) -> int:
+    """Check and create the run directory once, write the accelerate config, then start every rank."""
+    import torch
+
+    from grpo_cli import distributed
+    from grpo_cli.run_dir import prepare_run_dir
+    from grpo_cli.trainer import check_runtime
+
+    check_runtime(recipe)
+    prepare_run_dir(recipe, resume)
+    config = distributed.write_accelerate_config(recipe, recipe.output_dir, on_cpu=not torch.cuda.is_available())
+    typer.echo(f"launching {recipe.num_processes} processes ({recipe.distributed.strategy}) with accelerate: {config}",
+               err=True)
+    return distributed.relaunch(config, train_args)
 
 
 @app.command(

@@ -20,6 +20,8 @@ def grpo_config_kwargs(recipe: Recipe, output_dir: Path, on_cpu: bool = False) -
     kwargs: dict[str, Any] = dict(
         output_dir=str(output_dir),
         use_cpu=on_cpu,
+        # Several CPU ranks talk over gloo (NCCL needs GPUs).
+        **({"ddp_backend": "gloo"} if on_cpu and recipe.num_processes > 1 else {}),
         # Mixed precision follows the weight dtype; float32 weights train in float32.
         bf16=model.dtype == "bfloat16",
         fp16=model.dtype == "float16",

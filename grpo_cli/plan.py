@@ -147,6 +147,13 @@ def memory_plan(recipe: Recipe, arch: Architecture, device: str = "cuda", gpu_by
     if optim.startswith("paged") and device == "cuda":
         note += "; paged: CUDA unified memory, outside torch's allocator (not in max_memory_allocated)"
     states = (trainable - embedding_fp32) * per_param + embedding_fp32 * 8
+    deepspeed = recipe.num_processes > 1 and recipe.distributed.strategy in ("zero2", "zero3")
+    if deepspeed and param_bytes < 4 and optim not in ("sgd", "adafactor"):
+        # DeepSpeed's mixed-precision optimizer steps on a float32 master copy, so its states are float32
+        # too: 4 + 8 = 12 B/param for AdamW (the ZeRO paper's K = 12, Rajbhandari et al. 2020, section 3.1).
+        per_param = 4.0 + (8.0 if per_param == 2.0 * param_bytes else per_param)
+        states = trainable * per_param
+        note = f"float32 master + states under DeepSpeed = {per_param:g} B/param"
     terms.append(Term("optimizer states", states, "static", f"P_t {trainable / 1e6:.2f}M x {note}"))
 
     # --- generation phase: the whole generation batch at once (TRL generates gen_batch completions per process)
@@ -207,6 +214,8 @@ def memory_plan(recipe: Recipe, arch: Architecture, device: str = "cuda", gpu_by
     grads = trainable * param_bytes
     terms.append(Term("gradients", grads, "training-late", f"P_t {trainable / 1e6:.2f}M x {param_bytes} B"))
 
+    terms = _per_process(terms, recipe, arch, w)
+
     static = sum(t.bytes for t in terms if t.phase == "static")
     generation = sum(t.bytes for t in terms if t.phase == "generation")
     # The training peak comes either at the LM head's backward (every activation still alive, no parameter
@@ -219,6 +228,41 @@ def memory_plan(recipe: Recipe, arch: Architecture, device: str = "cuda", gpu_by
     if recipe.grpo.use_vllm and gpu_bytes:
         smi += recipe.grpo.vllm_gpu_memory_utilization * gpu_bytes
     return Plan(arch, terms, static, generation, training, peak, smi, device, gpu_bytes)
+
+
+# What each strategy splits across N processes (DeepSpeed ZeRO paper, Rajbhandari et al. 2020, section 5;
+# FSDP shards like ZeRO-3). Memory that is not listed stays whole on every process.
+SHARDED = {"ddp": (), "zero2": ("optimizer states", "gradients"),
+           "zero3": ("optimizer states", "gradients", "weights", "lora adapters", "reference model"),
+           "fsdp": ("optimizer states", "gradients", "weights", "lora adapters", "reference model")}
+
+
+def _per_process(terms: list[Term], recipe: Recipe, arch: Architecture, w: int) -> list[Term]:
+    """One process's share under distributed.strategy, plus what the strategy itself adds."""
+    n, strategy = recipe.num_processes, recipe.distributed.strategy
+    if n == 1:
+        return terms
+    out = []
+    for t in terms:
+        if t.name in SHARDED[strategy] and t.bytes:
+            t = Term(t.name, t.bytes / n, t.phase, f"({t.formula}) / {n} processes ({strategy} shards it)")
+        out.append(t)
+    layer = (arch.params - arch.embedding_params) / arch.num_layers * w
+    if strategy == "ddp":
+        # DDP's reducer keeps its own flat gradient buckets beside param.grad (gradient_as_bucket_view=False).
+        grads = next(t.bytes for t in terms if t.name == "gradients")
+        out.append(Term("DDP gradient buckets", grads, "static", "a second copy of the gradients for all-reduce"))
+    elif strategy in ("zero3", "fsdp"):
+        # The layer being computed and the prefetched next one are gathered whole.
+        out.append(Term("gathered layers", 2 * layer, "training", f"2 decoder layers x {layer / 1e6:.0f} MB, gathered"))
+        weights = next(t.bytes for t in terms if t.name == "weights")
+        if strategy == "zero3" and recipe.trl.get("ds3_gather_for_generation", True):
+            # TRL gathers every weight for generation (GRPOConfig.ds3_gather_for_generation, default True).
+            out.append(Term("weights gathered for generation", weights * (n - 1) / n, "generation",
+                            "trl.ds3_gather_for_generation=true: the full model on each GPU while sampling"))
+        else:
+            out.append(Term("gathered layers (generation)", 2 * layer, "generation", "FSDP2 gathers layer by layer"))
+    return out
 
 
 # Changes that lower memory, in order of least harm to training. Each returns overrides or None when it

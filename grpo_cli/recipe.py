@@ -202,7 +202,21 @@ class EvalSection(Section):
 class HardwareSection(Section):
     gpu: str | None = Field(None, description="GPU name for `grpo plan` (e.g. A100-80GB, RTX 4090).")
     gpu_memory_gb: float | None = Field(None, gt=0.0, description="Memory per GPU, when the name is not enough.")
-    num_gpus: int = Field(1, ge=1)
+
+
+class DistributedSection(Section):
+    """Several processes (GPUs, or CPU ranks over gloo) through `accelerate launch`; the recipe stays the same."""
+
+    num_processes: int = Field(1, ge=1, description="Processes in total (all machines), usually one per GPU.")
+    strategy: Literal["ddp", "fsdp", "zero2", "zero3"] = Field(
+        "ddp", description="ddp: full copy per GPU; zero2: shard optimizer states and gradients; "
+        "zero3 / fsdp: shard the weights too.",
+    )
+    accelerate_config: str | None = Field(None, description="Your own accelerate config file (replaces strategy).")
+    num_machines: int = Field(1, ge=1)
+    machine_rank: int = Field(0, ge=0)
+    main_process_ip: str | None = None
+    main_process_port: int | None = Field(None, ge=1, le=65535)
 
 
 class Recipe(Section):
@@ -218,6 +232,7 @@ class Recipe(Section):
     training: TrainingSection = Field(default_factory=TrainingSection)
     eval: EvalSection = Field(default_factory=EvalSection)
     hardware: HardwareSection = Field(default_factory=HardwareSection)
+    distributed: DistributedSection = Field(default_factory=DistributedSection)
     trl: dict[str, Any] = Field(
         default_factory=dict, description="Any other GRPOConfig field, checked against GRPOConfig itself."
     )
@@ -247,7 +262,7 @@ class Recipe(Section):
 
     @property
     def num_processes(self) -> int:
-        return 1
+        return self.distributed.num_processes
 
     @property
     def steps_per_generation(self) -> int:

@@ -93,10 +93,17 @@ def train(recipe: Recipe, resume: bool = False, console: Console | None = None) 
     from grpo_cli.run_dir import FINAL_DIR, prepare_run_dir
     from rewards import resolve_reward
 
-    console = console or Console(stderr=True)
+    from grpo_cli.distributed import is_launched_rank, process_rank
+    from grpo_cli.run_dir import checkpoints
+
+    # Under `accelerate launch` every rank runs this; only rank 0 talks, and the launcher made the run directory.
+    console = console or Console(stderr=True, quiet=process_rank() != 0)
     check_runtime(recipe)
-    checkpoint = prepare_run_dir(recipe, resume)
     run_dir = recipe.output_dir
+    if is_launched_rank():
+        checkpoint = checkpoints(run_dir)[-1] if resume else None
+    else:
+        checkpoint = prepare_run_dir(recipe, resume)
 
     reward_funcs = [resolve_reward(spec.name, spec.kwargs) for spec in recipe.rewards]
     recorder = CompletionRecorder(reward_funcs[0])
@@ -130,8 +137,9 @@ def train(recipe: Recipe, resume: bool = False, console: Console | None = None) 
         console.print(f"interrupted at step {trainer.state.global_step}; continue with: grpo train <recipe> --resume")
     else:
         final_dir = run_dir / FINAL_DIR
-        trainer.save_model(str(final_dir))
-        trainer.processing_class.save_pretrained(str(final_dir))
+        trainer.save_model(str(final_dir))  # collective under FSDP/ZeRO-3: every rank takes part
+        if trainer.is_world_process_zero():
+            trainer.processing_class.save_pretrained(str(final_dir))
     console.print(display.summary())
     if final_dir:
         console.print(f"saved {'adapter' if recipe.lora else 'model'} to {final_dir}; plot with: grpo report {run_dir}")

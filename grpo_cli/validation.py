@@ -128,6 +128,23 @@ def cross_field_problems(recipe: Recipe) -> list[tuple[KeyPath, str]]:
     if recipe.trl.get("generation_batch_size") and recipe.trl.get("steps_per_generation"):
         out.append((("trl", "generation_batch_size"), "set generation_batch_size or steps_per_generation, not both"))
     out += _batch_problems(recipe)
+    out += _distributed_problems(recipe)
+    return out
+
+
+def _distributed_problems(recipe: Recipe) -> list[tuple[KeyPath, str]]:
+    d = recipe.distributed
+    out: list[tuple[KeyPath, str]] = []
+    if d.num_processes % d.num_machines:
+        out.append((("distributed", "num_processes"), f"is the total over all machines, so a multiple of "
+                    f"distributed.num_machines ({d.num_machines}); e.g. {d.num_machines * max(1, d.num_processes // d.num_machines)}"))
+    if d.machine_rank >= d.num_machines:
+        out.append((("distributed", "machine_rank"), f"must be below distributed.num_machines ({d.num_machines})"))
+    if d.num_machines > 1 and not d.main_process_ip and not d.accelerate_config:
+        out.append((("distributed", "main_process_ip"), "several machines need the address of machine 0"))
+    if d.strategy in ("zero2", "zero3") and recipe.quantization is not None:
+        out.append((("distributed", "strategy"), "DeepSpeed ZeRO does not shard bitsandbytes-quantized weights; "
+                    "use distributed.strategy=ddp for QLoRA, or drop `quantization`"))
     return out
 
 
@@ -149,6 +166,8 @@ def _batch_problems(recipe: Recipe) -> list[tuple[KeyPath, str]]:
     fixes = [f"training.per_device_train_batch_size={v}" for v in _nearest(b, lambda v: v * n * s % g == 0)]
     fixes += [f"training.gradient_accumulation_steps={v}" for v in _nearest(s, lambda v: b * n * v % g == 0)][:1]
     fixes += [f"grpo.num_generations={v}" for v in _nearest(g, lambda v: v >= 2 and total % v == 0)][:1]
+    if n > 1:
+        fixes += [f"distributed.num_processes={v}" for v in _nearest(n, lambda v: b * v * s % g == 0)][:1]
     return [
         (
             ("training", "per_device_train_batch_size"),
@@ -198,6 +217,10 @@ def path_problems(data: dict[str, Any]) -> list[tuple[KeyPath, str]]:
         elif not model.exists() and looks_like_path(name):
             out.append((("model", "name"), f"no such model file or directory: {model} (relative paths start at {Path.cwd()})"))
 
+    config = _string_at(data, "distributed", "accelerate_config")
+    if config and not Path(config).expanduser().is_file():
+        out.append((("distributed", "accelerate_config"), f"accelerate config file not found: {config} "
+                    "(write one with `accelerate config`, or drop it to use distributed.strategy)"))
     for key in (("data", "source"), ("eval", "source"), ("eval", "fewshot_source")):
         source = _string_at(data, *key)
         if not source:

@@ -1,0 +1,113 @@
+"""Several processes through accelerate: generated configs, batch rules, per-GPU plans, and a real 2-rank run."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+from accelerate.commands.config.config_args import load_config_from_file
+from safetensors.torch import load_file
+
+from conftest import ASSETS, write_recipe
+from grpo_cli import architectures
+from grpo_cli.distributed import accelerate_config, launch_command, write_accelerate_config
+from grpo_cli.errors import UserError
+from grpo_cli.plan import memory_plan
+from grpo_cli.validation import load_recipe
+
+
+def recipe_with(tmp_path, tiny_llama, **distributed):
+    return load_recipe(write_recipe(tmp_path, tiny_llama, distributed=distributed))
+
+
+@pytest.mark.parametrize(
+    "strategy, kind, check",
+    [
+        ("ddp", "MULTI_GPU", lambda c: c.deepspeed_config == {} and c.fsdp_config == {}),
+        ("zero2", "DEEPSPEED", lambda c: c.deepspeed_config["zero_stage"] == 2),
+        ("zero3", "DEEPSPEED", lambda c: c.deepspeed_config["zero_stage"] == 3 and c.deepspeed_config["zero3_init_flag"]),
+        ("fsdp", "FSDP", lambda c: c.fsdp_config["fsdp_version"] == 2),
+    ],
+)
+def test_generated_configs_load_in_accelerate(tmp_path, tiny_llama, strategy, kind, check):
+    recipe = recipe_with(tmp_path, tiny_llama, num_processes=4, strategy=strategy)
+    path = write_accelerate_config(recipe, tmp_path, on_cpu=False)
+    config = load_config_from_file(str(path))  # accelerate's own loader rejects unknown keys and bad values
+    assert config.distributed_type.value == kind
+    assert config.num_processes == 4 and config.num_machines == 1
+    assert str(getattr(config.mixed_precision, "value", config.mixed_precision)) == "no"  # the tiny recipe trains in float32
+    assert check(config)
+
+
+def test_multi_node_settings_reach_accelerate(tmp_path, tiny_llama):
+    recipe = recipe_with(tmp_path, tiny_llama, num_processes=16, num_machines=2, machine_rank=1,
+                         main_process_ip="10.0.0.1", main_process_port=29500, strategy="zero3")
+    config = load_config_from_file(str(write_accelerate_config(recipe, tmp_path, on_cpu=False)))
+    assert (config.num_machines, config.machine_rank, config.main_process_ip, config.main_process_port) == \
+        (2, 1, "10.0.0.1", 29500)
+    command = launch_command(tmp_path / "c.yaml", ["recipe.yaml", "training.max_steps=5"])
+    assert command[1:6] == ["-m", "accelerate.commands.launch", "--config_file", str(tmp_path / "c.yaml"), "-m"]
+    assert command[-3:] == ["train", "recipe.yaml", "training.max_steps=5"]
+
+
+def test_users_own_accelerate_config_is_used_as_is(tmp_path, tiny_llama):
+    own = tmp_path / "mine.yaml"
+    own.write_text("compute_environment: LOCAL_MACHINE\ndistributed_type: MULTI_GPU\nnum_processes: 2\n")
+    recipe = recipe_with(tmp_path, tiny_llama, num_processes=2, accelerate_config=str(own))
+    assert write_accelerate_config(recipe, tmp_path / "run", on_cpu=False) == own
+    with pytest.raises(UserError) as missing:
+        recipe_with(tmp_path, tiny_llama, accelerate_config=str(tmp_path / "nope.yaml"))
+    assert "distributed.accelerate_config" in str(missing.value)
+
+
+def test_batch_rule_counts_processes(tmp_path, tiny_llama):
+    # per-device 4 x 3 processes = 12 completions: not whole groups of 8.
+    path = write_recipe(tmp_path, tiny_llama, grpo={"num_generations": 8}, distributed={"num_processes": 3})
+    with pytest.raises(UserError) as bad:
+        load_recipe(path)
+    message = str(bad.value)
+    assert "4 x 3 process(es)" in message and "distributed.num_processes=2" in message
+    with pytest.raises(UserError) as machines:
+        recipe_with(tmp_path, tiny_llama, num_processes=3, num_machines=2)
+    assert "distributed.num_processes" in str(machines.value)
+
+
+def test_plan_divides_what_each_strategy_shards():
+    def plan(strategy: str, n: int = 8):
+        recipe = load_recipe("recipes/qwen2.5/7b_full_8gpu.yaml", [f"distributed.strategy={strategy}",
+                                                                    f"distributed.num_processes={n}"])
+        return memory_plan(recipe, architectures.resolve(recipe))
+
+    ddp, zero2, zero3, single = plan("ddp"), plan("zero2"), plan("zero3"), plan("ddp", 1)
+    assert zero3.term("weights").bytes == pytest.approx(ddp.term("weights").bytes / 8)
+    assert zero2.term("weights").bytes == ddp.term("weights").bytes
+    assert zero2.term("gradients").bytes == pytest.approx(zero3.term("gradients").bytes)
+    assert zero3.term("optimizer states").bytes == pytest.approx(7.6156e9 * 12 / 8, rel=0.01)  # fp32 master + Adam
+    assert zero3.peak_tensors < zero2.peak_tensors < ddp.peak_tensors
+    assert ddp.term("DDP gradient buckets").bytes == ddp.term("gradients").bytes
+    assert single.peak_tensors < ddp.peak_tensors  # one process: no buckets
+
+
+def test_two_cpu_processes_ddp_over_gloo(tmp_path, tiny_llama):
+    """A real 2-rank GRPO run on the CPU through `grpo train --num-processes 2` (accelerate launch + gloo)."""
+    # A reward that varies within each group, so advantages (and so gradients) are not all zero.
+    rewards = [{"name": f"{ASSETS / 'varied_rewards.py'}:digit_share"}, {"name": "correctness"}]
+    recipe = write_recipe(tmp_path, tiny_llama, rewards=rewards,
+                          training={"max_steps": 2, "per_device_train_batch_size": 2})
+    env = {**os.environ, "CUDA_VISIBLE_DEVICES": "", "OMP_NUM_THREADS": "1"}
+    done = subprocess.run([sys.executable, "-m", "grpo_cli", "train", str(recipe), "--num-processes", "2"],
+                          env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]  # the launcher exits 0 only when every rank did
+    run_dir = tmp_path / "run"
+    metrics = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert [m["step"] for m in metrics] == [1, 2]
+    assert all(m["world_size"] == 2 and math.isfinite(m["loss"]) for m in metrics)
+    assert (run_dir / "accelerate_config.yaml").exists()
+    before = load_file(tiny_llama / "model.safetensors")
+    after = load_file(run_dir / "final" / "model.safetensors")
+    assert any(not torch.equal(before[k], after[k]) for k in before if k in after)
