@@ -124,6 +124,7 @@ def _launch(recipe, train_args: list[str], resume: bool) -> int:
     from grpo_cli.trainer import check_runtime
 
     check_runtime(recipe)
+    distributed.check_engine(recipe)
     prepare_run_dir(recipe, resume)
     config = distributed.write_accelerate_config(recipe, recipe.output_dir, on_cpu=not torch.cuda.is_available())
     typer.echo(f"launching {recipe.num_processes} processes ({recipe.distributed.strategy}) with accelerate: {config}",

@@ -32,6 +32,18 @@ def wants_launch(recipe: Recipe) -> bool:
     return not is_launched_rank() and (recipe.num_processes > 1 or recipe.distributed.accelerate_config is not None)
 
 
+def check_engine(recipe: Recipe) -> None:
+    """ZeRO needs DeepSpeed installed; say so before any rank starts rather than in eight tracebacks."""
+    import importlib.util
+
+    from grpo_cli.errors import UserError
+
+    if recipe.distributed.accelerate_config is None and recipe.distributed.strategy in ("zero2", "zero3") \
+            and importlib.util.find_spec("deepspeed") is None:
+        raise UserError("DeepSpeed is not installed: `pip install deepspeed` (or pip install -e \".[deepspeed]\"), "
+                        "or use distributed.strategy=fsdp", path="distributed.strategy")
+
+
 def accelerate_config(recipe: Recipe, on_cpu: bool) -> dict[str, Any]:
     """An accelerate config for the recipe's strategy (what `accelerate config` would write)."""
     d = recipe.distributed

@@ -111,3 +111,15 @@ def test_two_cpu_processes_ddp_over_gloo(tmp_path, tiny_llama):
     before = load_file(tiny_llama / "model.safetensors")
     after = load_file(run_dir / "final" / "model.safetensors")
     assert any(not torch.equal(before[k], after[k]) for k in before if k in after)
+
+
+def test_zero_without_deepspeed_is_one_clear_line(tmp_path, tiny_llama):
+    import importlib.util
+
+    if importlib.util.find_spec("deepspeed") is not None:
+        pytest.skip("DeepSpeed is installed here")
+    recipe = write_recipe(tmp_path, tiny_llama)
+    done = subprocess.run([sys.executable, "-m", "grpo_cli", "train", str(recipe), "--num-processes", "2",
+                           "--strategy", "zero3"], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 2 and "distributed.strategy" in done.stderr and "pip install deepspeed" in done.stderr
+    assert "Traceback" not in done.stderr and not (tmp_path / "run").exists()
