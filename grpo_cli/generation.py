@@ -19,9 +19,13 @@ class Generated:
     new_tokens: int
 
 
+def longest_first(lengths: list[int], texts: list[str] | None = None) -> list[int]:
+    """Indices, longest prompts first; ties by text, as lm-eval's Collator orders them."""
+    return sorted(range(len(lengths)), key=lambda i: (-lengths[i], texts[i] if texts else "", i))
+
+
 def length_sorted_batches(lengths: list[int], batch_size: int, texts: list[str] | None = None) -> list[list[int]]:
-    """Indices grouped into batches, longest prompts first; ties by text, as lm-eval's Collator orders them."""
-    order = sorted(range(len(lengths)), key=lambda i: (-lengths[i], texts[i] if texts else "", i))
+    order = longest_first(lengths, texts)
     return [order[start : start + batch_size] for start in range(0, len(order), batch_size)]
 
 
@@ -54,21 +58,24 @@ class HFGenerator:
     def prompt_lengths(self, prompts: list[str]) -> list[int]:
         return [len(ids) for ids in self.tokenizer(prompts, add_special_tokens=False)["input_ids"]]
 
+    def _encode(self, texts: list[str]):
+        """Left-padded ids and mask on the model's device, left-truncated to the context budget."""
+        encoded = self.tokenizer(texts, return_tensors="pt", padding=True, add_special_tokens=False)
+        ids, mask = encoded["input_ids"], encoded["attention_mask"]
+        if self.max_context is not None and ids.shape[1] > self.max_context:
+            ids, mask = ids[:, -self.max_context :], mask[:, -self.max_context :]
+        return ids.to(self.model.device), mask.to(self.model.device)
+
     def generate(self, prompts: list[str], batch_size: int) -> Iterator[list[Generated]]:
         """Yields one list per batch, in batch order (callers record results as they come)."""
         import torch
 
         for batch in length_sorted_batches(self.prompt_lengths(prompts), batch_size, prompts):
-            encoded = self.tokenizer(
-                [prompts[i] for i in batch], return_tensors="pt", padding=True, add_special_tokens=False
-            )
-            input_ids, attention_mask = encoded["input_ids"], encoded["attention_mask"]
-            if self.max_context is not None and input_ids.shape[1] > self.max_context:
-                input_ids, attention_mask = input_ids[:, -self.max_context :], attention_mask[:, -self.max_context :]
+            input_ids, attention_mask = self._encode([prompts[i] for i in batch])
             with torch.inference_mode():
                 output = self.model.generate(
-                    input_ids=input_ids.to(self.model.device),
-                    attention_mask=attention_mask.to(self.model.device),
+                    input_ids=input_ids,
+                    attention_mask=attention_mask,
                     max_new_tokens=self.max_new_tokens,
                     do_sample=False,
                     temperature=None, top_p=None, top_k=None,  # greedy: silence sampling defaults from the config
@@ -110,7 +117,7 @@ class ContinuousGenerator(HFGenerator):
         import torch
 
         lengths = self.prompt_lengths(prompts)
-        queue = [i for batch in length_sorted_batches(lengths, len(prompts) or 1, prompts) for i in batch]
+        queue = longest_first(lengths, prompts)
         running = _Batch()
         with torch.inference_mode():
             while queue or running.rows:
@@ -125,15 +132,9 @@ class ContinuousGenerator(HFGenerator):
                     yield [Generated(row.index, self._text(row.tokens), len(row.tokens)) for row in done]
 
     def _prefill(self, group: list[int], prompts: list[str]) -> "_Batch":
-        import torch
         from transformers import DynamicCache
 
-        encoded = self.tokenizer([prompts[i] for i in group], return_tensors="pt", padding=True, add_special_tokens=False)
-        ids, mask = encoded["input_ids"], encoded["attention_mask"]
-        if self.max_context is not None and ids.shape[1] > self.max_context:
-            ids, mask = ids[:, -self.max_context :], mask[:, -self.max_context :]
-        device = self.model.device
-        ids, mask = ids.to(device), mask.to(device)
+        ids, mask = self._encode([prompts[i] for i in group])
         positions = (mask.cumsum(-1) - 1).clamp(min=0)  # what `generate` passes for left-padded rows
         cache = DynamicCache(config=self.model.config)
         logits = self.model(input_ids=ids, attention_mask=mask, position_ids=positions, past_key_values=cache,
