@@ -74,6 +74,7 @@ def build_trainer(recipe: Recipe, run_dir: Path, callbacks: list | None = None, 
 
 def quiet_libraries() -> None:
     """Library progress bars and deprecation chatter drown the run's own output; errors still show."""
+    import logging
     import warnings
 
     import datasets
@@ -84,6 +85,8 @@ def quiet_libraries() -> None:
     transformers.utils.logging.set_verbosity_error()
     warnings.filterwarnings("ignore", category=FutureWarning)
     warnings.filterwarnings("ignore", message=".*pin_memory.*")
+    # bitsandbytes warns on import on AVX512-BF16 CPUs that its optional hub kernel is absent; it falls back itself.
+    logging.getLogger("bitsandbytes").setLevel(logging.ERROR)
 
 
 def train(recipe: Recipe, resume: bool = False, console: Console | None = None) -> TrainResult:
