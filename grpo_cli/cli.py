@@ -103,7 +103,8 @@ def train(
         from grpo_cli import distributed
 
         if distributed.wants_launch(loaded):
-            raise typer.Exit(_launch(loaded, [str(recipe), *overrides, *(["--resume"] if resume else [])], resume))
+            raise typer.Exit(distributed.launch(loaded, [str(recipe), *overrides, *(["--resume"] if resume else [])],
+                                                resume, echo=lambda line: typer.echo(line, err=True)))
         from grpo_cli.trainer import train as run_training
 
         try:
@@ -113,23 +114,6 @@ def train(
             raise typer.Exit(130) from None
     if result.interrupted:
         raise typer.Exit(130)
-
-
-def _launch(recipe, train_args: list[str], resume: bool) -> int:
-    """Check and create the run directory once, write the accelerate config, then start every rank."""
-    import torch
-
-    from grpo_cli import distributed
-    from grpo_cli.run_dir import prepare_run_dir
-    from grpo_cli.trainer import check_runtime
-
-    check_runtime(recipe)
-    distributed.check_engine(recipe)
-    prepare_run_dir(recipe, resume)
-    config = distributed.write_accelerate_config(recipe, recipe.output_dir, on_cpu=not torch.cuda.is_available())
-    typer.echo(f"launching {recipe.num_processes} processes ({recipe.distributed.strategy}) with accelerate: {config}",
-               err=True)
-    return distributed.relaunch(config, train_args)
 
 
 @app.command(
@@ -237,20 +221,18 @@ def evaluate(
         if adapter is not None and run_dir is not None:
             raise UserError("--adapter evaluates a given adapter; --run/--compare take the run's own")
 
-        tag = f"{loaded.eval.protocol}-{Path(loaded.eval.source).stem if Path(loaded.eval.source).suffix else loaded.eval.split}"
         base = ev.Target("base" if adapter is None else "adapter", loaded.model.name, str(adapter) if adapter else None)
         display = EvalDisplay(console)
         results = []
         if compare_run is not None:
-            root = output or compare_run / "eval" / tag
+            root = output or ev.default_output(loaded.eval, base, compare_run)
             results.append(ev.evaluate(loaded, base, root / "base", display))
             results.append(ev.evaluate(loaded, ev.run_target(compare_run, loaded), root / "trained", display))
             comparison = ev.compare(results[0], results[1], root)
         else:
             target = ev.run_target(run, loaded) if run is not None else base
-            default = (run / "eval" / tag / "trained" if run is not None
-                       else Path("evals") / f"{_slug(target.model)}{'-' + _slug(str(adapter)) if adapter else ''}-{tag}")
-            results.append(ev.evaluate(loaded, target, output or default, display))
+            default = ev.default_output(loaded.eval, target, run)
+            results.append(ev.evaluate(loaded, target, output or (default / "trained" if run else default), display))
             comparison = None
     if as_json:
         payload = {"results": [r.summary for r in results], **({"comparison": comparison} if comparison else {})}
@@ -261,13 +243,6 @@ def evaluate(
         console.print(f"per-problem results: {result.output / ev.PREDICTIONS}", highlight=False)
     if comparison:
         console.print(comparison_table(comparison))
-
-
-def _slug(name: str) -> str:
-    """A folder name from a hub id or a path: `Qwen/Qwen2.5-0.5B` -> `Qwen2.5-0.5B`."""
-    import re
-
-    return re.sub(r"[^A-Za-z0-9._-]+", "_", Path(name.rstrip("/")).name.removesuffix(".gguf")) or "model"
 
 
 @app.command(epilog="**Examples**\n\n`grpo report runs/demo`\n\n`grpo report runs/demo --output demo.png`")

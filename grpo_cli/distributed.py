@@ -109,6 +109,21 @@ def launch_command(config: Path, train_args: list[str]) -> list[str]:
             "-m", "grpo_cli", "train", *train_args]
 
 
+def launch(recipe: Recipe, train_args: list[str], resume: bool, echo=print) -> int:
+    """Check and create the run directory once, write the accelerate config, then start every rank."""
+    import torch
+
+    from grpo_cli.run_dir import prepare_run_dir
+    from grpo_cli.trainer import check_runtime
+
+    check_runtime(recipe)
+    check_engine(recipe)
+    prepare_run_dir(recipe, resume)
+    config = write_accelerate_config(recipe, recipe.output_dir, on_cpu=not torch.cuda.is_available())
+    echo(f"launching {recipe.num_processes} processes ({recipe.distributed.strategy}) with accelerate: {config}")
+    return relaunch(config, train_args)
+
+
 def relaunch(config: Path, train_args: list[str]) -> int:
     env = {**os.environ, LAUNCHED_ENV: "1"}
     try:

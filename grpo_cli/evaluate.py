@@ -249,8 +249,7 @@ def evaluate(recipe: Recipe, target: Target, output: Path, display=None) -> Eval
         generator, tokenizer = _generator(model_recipe, target, max_new_tokens(ev))
         if ev.protocol == "lm-eval":
             # Prompts for a prefix of the split, so the sampler's draws match lm-eval's; then keep the ones to do.
-            all_prompts = lm_eval_prompts(problems, pool, ev.num_fewshot,
-                                          ev.fewshot_seed)
+            all_prompts = lm_eval_prompts(problems, pool, ev.num_fewshot, ev.fewshot_seed)
             prompts = [all_prompts[p.index] for p in todo]
         else:
             prompts = chat_prompts(todo, recipe, tokenizer)
@@ -309,6 +308,20 @@ def _generator(recipe: Recipe, target: Target, budget: int):
     max_length = getattr(model.config, "max_position_embeddings", None)
     engine = ContinuousGenerator if supports_continuous_batching(model) else HFGenerator
     return engine(model, tokenizer, budget, stops, max_length), tokenizer
+
+
+def default_output(ev: EvalSection, target: Target, run_dir: Path | None = None) -> Path:
+    """RUN/eval/<protocol>-<data> for a run (base/ and trained/ beneath), else evals/<model>[-<adapter>]-<...>."""
+    tag = f"{ev.protocol}-{Path(ev.source).stem if Path(ev.source).suffix else ev.split}"
+    if run_dir is not None:
+        return run_dir / "eval" / tag
+    adapter = f"-{_slug(target.adapter)}" if target.adapter else ""
+    return Path("evals") / f"{_slug(target.model)}{adapter}-{tag}"
+
+
+def _slug(name: str) -> str:
+    """A folder name from a hub id or a path: `Qwen/Qwen2.5-0.5B` -> `Qwen2.5-0.5B`."""
+    return re.sub(r"[^A-Za-z0-9._-]+", "_", Path(name.rstrip("/")).name.removesuffix(".gguf")) or "model"
 
 
 def run_target(run_dir: Path, recipe: Recipe) -> Target:

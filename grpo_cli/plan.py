@@ -151,7 +151,8 @@ def memory_plan(recipe: Recipe, arch: Architecture, device: str = "cuda", gpu_by
     if deepspeed and param_bytes < 4 and optim not in ("sgd", "adafactor"):
         # DeepSpeed's mixed-precision optimizer steps on a float32 master copy, so its states are float32
         # too: 4 + 8 = 12 B/param for AdamW (the ZeRO paper's K = 12, Rajbhandari et al. 2020, section 3.1).
-        per_param = 4.0 + (8.0 if per_param == 2.0 * param_bytes else per_param)
+        states_per_param = 8.0 if per_param == 2.0 * param_bytes else per_param  # AdamW's pair becomes float32
+        per_param = 4.0 + states_per_param
         states = trainable * per_param
         note = f"float32 master + states under DeepSpeed = {per_param:g} B/param"
     terms.append(Term("optimizer states", states, "static", f"P_t {trainable / 1e6:.2f}M x {note}"))

@@ -92,12 +92,10 @@ def quiet_libraries() -> None:
 def train(recipe: Recipe, resume: bool = False, console: Console | None = None) -> TrainResult:
     """Run a recipe to the end (or to Ctrl-C), writing everything a run keeps into its run directory."""
     from grpo_cli.callbacks import CompletionRecorder, InterruptCallback, MetricsCallback
-    from grpo_cli.progress import TrainingDisplay
-    from grpo_cli.run_dir import FINAL_DIR, prepare_run_dir
-    from rewards import resolve_reward
-
     from grpo_cli.distributed import is_launched_rank, process_rank
-    from grpo_cli.run_dir import checkpoints
+    from grpo_cli.progress import TrainingDisplay
+    from grpo_cli.run_dir import FINAL_DIR, checkpoints, prepare_run_dir
+    from rewards import resolve_reward
 
     # Under `accelerate launch` every rank runs this; only rank 0 talks, and the launcher made the run directory.
     console = console or Console(stderr=True, quiet=process_rank() != 0)
