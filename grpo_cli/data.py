@@ -44,8 +44,11 @@ def generate_problems(count: int, seed: int = 0) -> list[dict[str, str]]:
     return rows
 
 
-def load_rows(source: str, config: str | None, split: str, limit: int | None = None, seed: int = 0):
-    """A `datasets.Dataset` from `generated`, a local file, or the hub (hub failures become one clear line)."""
+def load_rows(source: str, config: str | None, split: str, limit: int | None = None, seed: int = 0,
+              key: str = "data.source"):
+    """A `datasets.Dataset` from `generated`, a local file, or the hub (hub failures become one clear line).
+
+    `key` is the recipe key the source came from, named in errors (data.source, eval.source, ...)."""
     import datasets
 
     if source == GENERATED:
@@ -54,18 +57,18 @@ def load_rows(source: str, config: str | None, split: str, limit: int | None = N
     if path.is_file():
         builder = {".jsonl": "json", ".json": "json", ".parquet": "parquet", ".csv": "csv"}.get(path.suffix)
         if builder is None:
-            raise UserError(f"unsupported data file type {path.suffix!r}", path="data.source")
+            raise UserError(f"unsupported data file type {path.suffix!r}", path=key)
         try:
             return datasets.load_dataset(builder, data_files=str(path), split="train")
         except Exception as exc:  # malformed JSON/CSV: one line naming the file beats a pyarrow traceback
-            raise UserError(f"cannot read {path}: {type(exc).__name__}: {str(exc)[:300]}", path="data.source") from None
+            raise UserError(f"cannot read {path}: {type(exc).__name__}: {str(exc)[:300]}", path=key) from None
     try:
         return datasets.load_dataset(source, config, split=split)
     except Exception as exc:  # the hub raises many types (ConnectionError, DatasetNotFoundError, ValueError...)
         raise UserError(
             f"cannot load dataset `{source}` (config {config!r}, split {split!r}): {str(exc).splitlines()[0][:200]}; "
-            "offline? point data.source at a local .jsonl/.json/.parquet/.csv file or use `generated`",
-            path="data.source",
+            f"offline? point {key} at a local .jsonl/.json/.parquet/.csv file or use `generated`",
+            path=key,
         ) from None
 
 

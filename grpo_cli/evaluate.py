@@ -76,7 +76,7 @@ def max_new_tokens(ev: EvalSection) -> int:
 
 def load_problems(ev: EvalSection) -> list[Problem]:
     """The first `limit` problems of the split, in the split's order (so every model sees the same ones)."""
-    rows = load_rows(ev.source, ev.config, ev.split, ev.limit, seed=GENERATED_TEST_SEED)
+    rows = load_rows(ev.source, ev.config, ev.split, ev.limit, seed=GENERATED_TEST_SEED, key="eval.source (--data)")
     missing = [c for c in ("question", "answer") if c not in rows.column_names]
     if missing:
         raise UserError(f"evaluation data needs GSM8K's `question` and `answer` fields; it has: "
@@ -100,7 +100,8 @@ def fewshot_pool(ev: EvalSection) -> list[dict[str, Any]]:
                                 "set eval.fewshot_source=path/to/train.jsonl (or eval.num_fewshot=0)",
                                 path="eval.fewshot_source")
             source = str(sibling)
-    rows = load_rows(source, ev.config, "train", 1000 if source == GENERATED else None, seed=GENERATED_FEWSHOT_SEED)
+    rows = load_rows(source, ev.config, "train", 1000 if source == GENERATED else None, seed=GENERATED_FEWSHOT_SEED,
+                     key="eval.fewshot_source")
     return [dict(r) for r in rows]
 
 
@@ -236,9 +237,9 @@ def settings_of(recipe: Recipe, target: Target) -> dict[str, Any]:
 def evaluate(recipe: Recipe, target: Target, output: Path, display=None) -> EvalResult:
     """Score every problem of the split (up to eval.limit) that `output` does not hold yet."""
     ev = recipe.eval
-    import datasets
+    from grpo_cli.trainer import quiet_libraries
 
-    datasets.disable_progress_bars()  # the "Generating train split" bar would sit above our own
+    quiet_libraries()  # dataset-loading bars and hub retry warnings would sit above our own progress
     problems = load_problems(ev)
     pool = fewshot_pool(ev) if ev.protocol == "lm-eval" and ev.num_fewshot else []  # its errors come before any file
     store = PredictionStore(output, settings_of(recipe, target))

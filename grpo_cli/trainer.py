@@ -78,9 +78,11 @@ def quiet_libraries() -> None:
     import warnings
 
     import datasets
+    import huggingface_hub
     import transformers
 
     datasets.disable_progress_bars()
+    huggingface_hub.utils.logging.set_verbosity_error()  # offline: a retry warning per request before our one line
     transformers.utils.logging.disable_progress_bar()
     transformers.utils.logging.set_verbosity_error()
     warnings.filterwarnings("ignore", category=FutureWarning)

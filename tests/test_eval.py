@@ -173,7 +173,12 @@ def test_eval_user_mistakes(tmp_path, tiny_llama):
     assert bad_limit.exit_code == 2 and "eval.limit" in bad_limit.output
     bad_protocol = eval_cli("--model", str(tiny_llama), "--protocol", "lmeval")
     assert bad_protocol.exit_code == 2 and "eval.protocol" in bad_protocol.output
-    for result in (nothing, not_run, bad_limit, bad_protocol):
+    # Offline, the hub default cannot load: the message names the key the user set (--data), not training's.
+    offline = eval_cli("--model", str(tiny_llama), "--output", str(tmp_path / "offline"))
+    assert offline.exit_code == 2 and "eval.source (--data)" in offline.output and "data.source" not in \
+        offline.output.replace("eval.source", "")
+    assert not (tmp_path / "offline").exists()
+    for result in (nothing, not_run, bad_limit, bad_protocol, offline):
         assert "Traceback" not in result.output
 
 
