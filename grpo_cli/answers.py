@@ -13,6 +13,8 @@ from typing import Any
 # A number as people write it in GSM8K answers: optional sign and $, thousands commas, decimals.
 NUMBER = re.compile(r"-?\$?\d[\d,]*(?:\.\d+)?|-?\$?\.\d+")
 _TAG_CACHE: dict[str, re.Pattern[str]] = {}
+# GSM8K's own marker for the final answer (`#### 72`), which models trained on GSM8K-style data write unasked.
+HASHES = re.compile(r"####\s*(-?\$?\d[\d,]*(?:\.\d+)?|-?\$?\.\d+)")
 
 
 def normalize_number(text: str) -> str:
@@ -53,14 +55,23 @@ def tag_content(text: str, tag: str = "answer") -> str | None:
     return matches[-1].strip() if matches else None
 
 
-def extract_answer(text: str, tag: str = "answer") -> str | None:
-    """The model's final answer: the number inside <answer> if there is one, else the last number."""
+def hashes_answer(text: str) -> str | None:
+    """The number after the last `####` (GSM8K's answer marker), normalised; None without one."""
+    found = HASHES.findall(text)
+    return normalize_number(found[-1]) if found else None
+
+
+def marked_answer(text: str, marker: str = "tag", tag: str = "answer") -> str | None:
+    """The answer only if it is marked the way the prompt asked: inside <answer> (`tag`) or after `####` (`hashes`)."""
+    if marker == "hashes":
+        return hashes_answer(text)
     inside = tag_content(text, tag)
-    if inside is not None:
-        number = last_number(inside)
-        if number is not None:
-            return number
-    return last_number(text)
+    return last_number(inside) if inside is not None else None
+
+
+def extract_answer(text: str, tag: str = "answer") -> str | None:
+    """The model's final answer: the number inside <answer>, else after `####`, else the last number."""
+    return marked_answer(text, "tag", tag) or hashes_answer(text) or last_number(text)
 
 
 def numbers_equal(predicted: str | None, gold: str | None) -> bool:

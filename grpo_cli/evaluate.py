@@ -24,8 +24,8 @@ from pathlib import Path
 from typing import Any
 
 from grpo_cli.answers import (
-    LM_EVAL_FALLBACK, LM_EVAL_FLEXIBLE, LM_EVAL_STRICT, extract_answer, gsm8k_gold, last_number, lm_eval_exact_match,
-    numbers_equal, regex_filter, tag_content,
+    LM_EVAL_FALLBACK, LM_EVAL_FLEXIBLE, LM_EVAL_STRICT, extract_answer, gsm8k_gold, lm_eval_exact_match,
+    marked_answer, numbers_equal, regex_filter,
 )
 from grpo_cli.data import GENERATED, build_prompt, load_rows
 from grpo_cli.errors import UserError
@@ -132,16 +132,17 @@ def chat_prompts(problems: list[Problem], recipe: Recipe, tokenizer) -> list[str
 # ---------------------------------------------------------------- scoring
 
 
-def score(protocol: str, completion: str, problem: Problem) -> dict[str, Any]:
-    """Extracted answers per filter, whether each is correct, and whether the answer format was followed."""
+def score(protocol: str, completion: str, problem: Problem, marker: str = "tag") -> dict[str, Any]:
+    """Extracted answers per filter, whether each is correct, and whether the answer format was followed.
+
+    `marker` (chat protocol): how the recipe's system prompt asked the model to mark its answer."""
     if protocol == "lm-eval":
         extracted = {"strict-match": regex_filter(completion, LM_EVAL_STRICT),
                      "flexible-extract": regex_filter(completion, LM_EVAL_FLEXIBLE, group_select=-1)}
         correct = {name: lm_eval_exact_match(value, problem.answer) for name, value in extracted.items()}
         formatted = extracted["strict-match"] != LM_EVAL_FALLBACK
     else:
-        inside = tag_content(completion, "answer")
-        extracted = {"strict-match": last_number(inside) if inside is not None else None,
+        extracted = {"strict-match": marked_answer(completion, marker),
                      "flexible-extract": extract_answer(completion)}
         correct = {name: numbers_equal(value, problem.gold) for name, value in extracted.items()}
         formatted = extracted["strict-match"] is not None
@@ -230,7 +231,8 @@ def settings_of(recipe: Recipe, target: Target) -> dict[str, Any]:
         "source": ev.source, "config": ev.config, "split": ev.split, "protocol": ev.protocol,
         "max_new_tokens": max_new_tokens(ev),
         **({"num_fewshot": ev.num_fewshot, "fewshot_source": ev.fewshot_source, "fewshot_seed": ev.fewshot_seed}
-           if ev.protocol == "lm-eval" else {"system_prompt": recipe.data.system_prompt, "chat": recipe.data.chat}),
+           if ev.protocol == "lm-eval" else {"system_prompt": recipe.data.system_prompt, "chat": recipe.data.chat,
+                 **({"answer_marker": recipe.data.answer_marker} if recipe.data.answer_marker != "tag" else {})}),
     }
 
 
@@ -263,7 +265,7 @@ def evaluate(recipe: Recipe, target: Target, output: Path, display=None) -> Eval
             for item in batch:
                 problem = todo[item.index]
                 records.append({"index": problem.index, "question": problem.question, "gold": problem.gold,
-                                "completion": item.text, **score(ev.protocol, item.text, problem),
+                                "completion": item.text, **score(ev.protocol, item.text, problem, recipe.data.answer_marker),
                                 "new_tokens": item.new_tokens})
                 new_tokens += item.new_tokens
             store.add(records)

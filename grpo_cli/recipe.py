@@ -105,6 +105,10 @@ class DataSection(Section):
         "gsm8k", description="gsm8k: the gold answer is the number after `####`; plain: the column as is."
     )
     system_prompt: str | None = DEFAULT_SYSTEM_PROMPT
+    answer_marker: Literal["tag", "hashes"] = Field(
+        "tag", description="How the system prompt asks the model to mark its final answer: `tag` = <answer>...</answer>, "
+        "`hashes` = GSM8K's `#### <number>`. `grpo eval` counts a strict-match only for answers marked this way.",
+    )
     chat: bool = Field(True, description="Build chat messages (uses the tokenizer's chat template); false: plain text.")
     max_prompt_length: int | None = Field(
         None, ge=1, description="Drop prompts longer than this many tokens (the count dropped is reported)."

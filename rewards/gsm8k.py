@@ -10,10 +10,11 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from grpo_cli.answers import completion_text, extract_answer, numbers_equal, tag_content, to_number
+from grpo_cli.answers import HASHES, completion_text, extract_answer, numbers_equal, tag_content, to_number
 
 STRICT_FORMAT = re.compile(r"^<reasoning>\n.*?\n</reasoning>\n<answer>\n.*?\n</answer>\n?$", re.DOTALL)
 SOFT_FORMAT = re.compile(r"<reasoning>.*?</reasoning>\s*<answer>.*?</answer>", re.DOTALL)
+HASHES_AT_END = re.compile(HASHES.pattern + r"\s*$")
 THINK_FORMAT = re.compile(r"^\s*<think>.*?</think>\s*<answer>.*?</answer>\s*$", re.DOTALL)
 
 
@@ -125,4 +126,15 @@ def answer_tag_present(prompts=None, completions=None, completion_ids=None, **kw
     for text in _texts(completions):
         inside = tag_content(text)
         out.append(float(inside is not None and "</answer>" in text and to_number(inside) is not None))
+    return out
+
+
+def hashes_format(prompts=None, completions=None, completion_ids=None, **kwargs) -> list[float]:
+    """1.0 when the completion ends with GSM8K's `#### <number>`; 0.5 when that line is there but text follows.
+
+    The partial credit matters: small instruct models already write `####` now and then, but rarely stop after it.
+    """
+    out = []
+    for text in _texts(completions):
+        out.append(1.0 if HASHES_AT_END.search(text) else 0.5 if HASHES.search(text) else 0.0)
     return out
