@@ -168,6 +168,7 @@ RunDirArg = Annotated[Path, typer.Argument(help="Run directory written by `grpo 
     "`grpo eval recipes/qwen2.5/0.5b_lora.yaml --limit 200`  (the base model)\n\n"
     "`grpo eval --run runs/qwen2.5-0.5b-lora`  (the trained adapter or model)\n\n"
     "`grpo eval --compare runs/qwen2.5-0.5b-lora --limit 500`  (base and trained on the same problems)\n\n"
+    "`grpo eval --compare runs/b --base runs/a/eval/chat-test/base`  (reuse a base evaluation with the same settings)\n\n"
     "`grpo eval --model HuggingFaceTB/SmolLM2-135M-Instruct --protocol lm-eval --data gsm8k/test.jsonl`",
 )
 def evaluate(
@@ -176,6 +177,8 @@ def evaluate(
     overrides: OverridesArg = None,
     run: Annotated[Optional[Path], typer.Option("--run", help="Evaluate the trained model of this run.")] = None,
     compare_run: Annotated[Optional[Path], typer.Option("--compare", help="Evaluate base and trained of this run.")] = None,
+    base_dir: Annotated[Optional[Path], typer.Option(
+        "--base", help="With --compare: reuse (and continue) this base evaluation; its settings must match.")] = None,
     model: Annotated[Optional[str], typer.Option("--model", help="Model hub id, directory or .gguf file.")] = None,
     adapter: Annotated[Optional[Path], typer.Option("--adapter", help="LoRA adapter directory on top of the model.")] = None,
     data: Annotated[Optional[str], typer.Option("--data", help="openai/gsm8k, a GSM8K-format .jsonl, or generated.")] = None,
@@ -218,6 +221,11 @@ def evaluate(
             loaded = load_recipe(None, overrides, check_trl=False, data={"rewards": [{"name": "correctness"}]})
         if adapter is not None and not (adapter / "adapter_config.json").is_file():
             raise UserError(f"{adapter} is not a LoRA adapter directory (no adapter_config.json)")
+        if base_dir is not None and compare_run is None:
+            raise UserError("--base names the base evaluation that --compare reuses; give --compare RUN_DIR too")
+        if base_dir is not None and not (base_dir / ev.SETTINGS).is_file():
+            raise UserError(f"{base_dir} holds no evaluation (no {ev.SETTINGS}); run the base once with --output "
+                            f"{base_dir}, or leave out --base")
         if adapter is not None and run_dir is not None:
             raise UserError("--adapter evaluates a given adapter; --run/--compare take the run's own")
 
@@ -226,7 +234,9 @@ def evaluate(
         results = []
         if compare_run is not None:
             root = output or ev.default_output(loaded.eval, base, compare_run)
-            results.append(ev.evaluate(loaded, base, root / "base", display))
+            # A base evaluation is the same for every run with the same settings: --base reuses it (the settings
+            # check in PredictionStore refuses one made with another prompt, budget, dtype or data).
+            results.append(ev.evaluate(loaded, base, base_dir or root / "base", display))
             results.append(ev.evaluate(loaded, ev.run_target(compare_run, loaded), root / "trained", display))
             comparison = ev.compare(results[0], results[1], root)
         else:

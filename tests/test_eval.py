@@ -67,6 +67,25 @@ def test_chat_protocol_extraction(completion, strict, flexible, correct):
     assert result["formatted"] == (strict is not None)
 
 
+@pytest.mark.parametrize(
+    "completion, strict, flexible",
+    [
+        ("2 * 617 = 1234\n#### 1,234", "1234", "1234"),
+        ("#### 1234\nThe answer is: 1234", "1234", "1234"),
+        ("#### 1234 then rambling about 7 and 99", "1234", "1234"),  # the marked number, not the last one
+        ("#### 5\n#### 1234", "1234", "1234"),  # the last marker is the final answer
+        ("<answer>1234</answer>", None, "1234"),  # asked for ####: a tag is not the asked format
+        ("It is 1234", None, "1234"),
+        ("#### none", None, None),
+    ],
+)
+def test_chat_protocol_with_hashes_marker(completion, strict, flexible):
+    result = score("chat", completion, PROBLEM, marker="hashes")
+    assert result["extracted"] == {"strict-match": strict, "flexible-extract": flexible}
+    assert result["formatted"] == (strict is not None)
+    assert result["correct"]["strict-match"] == (strict == "1234")
+
+
 def test_wilson_interval_values():
     # Reference values (Wilson 1927, z = 1.96): 5/10 -> 0.2366..0.7634, 0/10 -> 0..0.2775, 10/10 -> 0.7225..1.
     assert wilson_interval(5, 10) == pytest.approx((0.2366, 0.7634), abs=1e-4)
@@ -202,3 +221,18 @@ def test_compare_base_and_trained_lora_run(tmp_path, tiny_llama):
         changed = sum(bool(a["correct"][name]) != bool(b["correct"][name]) for a, b in
                       zip(sorted(base, key=lambda r: r["index"]), sorted(after, key=lambda r: r["index"])))
         assert f["fixed"] + f["broken"] == changed
+
+    # A second compare reuses the base evaluation (--base): nothing is regenerated for it, and its file is unchanged.
+    before = (root / "base" / "predictions.jsonl").read_bytes()
+    again = eval_cli("--compare", str(run_dir), "--base", str(root / "base"), "--output", str(tmp_path / "second"),
+                     "--data", "generated", "--limit", "4", "--max-new-tokens", "6")
+    assert again.exit_code == 0, again.output
+    assert (root / "base" / "predictions.jsonl").read_bytes() == before
+    assert json.loads((tmp_path / "second" / "comparison.json").read_text())["base"] == str(root / "base")
+    assert not (tmp_path / "second" / "base").exists()
+    # ... but not one made with other settings.
+    other = eval_cli("--compare", str(run_dir), "--base", str(root / "base"), "--output", str(tmp_path / "third"),
+                     "--data", "generated", "--limit", "4", "--max-new-tokens", "7")
+    assert other.exit_code == 2 and "max_new_tokens" in other.output
+    alone = eval_cli("--run", str(run_dir), "--base", str(root / "base"))
+    assert alone.exit_code == 2 and "--compare" in alone.output

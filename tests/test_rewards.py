@@ -43,6 +43,13 @@ def test_format_rewards():
     assert call("xml_count", [GOOD + "trailing text"])[0] < 1.0
     assert call("integer", ["<answer>7</answer>", "<answer>7.5</answer>", "x"]) == [1.0, 0.0, 0.0]
     assert call("answer_tag", ["<answer>7</answer>", "<answer>seven</answer>", "7"]) == [1.0, 0.0, 0.0]
+    # GSM8K's marker: full credit for stopping right after `#### N`, half for the line with text after it.
+    assert call("hashes_format", ["3 + 4 = 7\n#### 7", "#### 1,234.5 \n", "#### 7\nThe answer is 7", "7", "#### x"]) \
+        == [1.0, 1.0, 0.5, 0.0, 0.0]
+
+
+def test_correctness_reads_the_hashes_marker_before_trailing_numbers():
+    assert call("correctness", ["#### 7\nThen 12 more.", "#### 8 then 7"], answer=["7", "7"]) == [1.0, 0.0]
 
 
 def test_parameterised_rewards():
