@@ -59,9 +59,9 @@ def main() -> None:
     parser.add_argument("--keep", type=Path, help="Keep both tools' outputs in this directory.")
     args = parser.parse_args()
 
-    from grpo_cli.evaluate import Problem, fewshot_pool, lm_eval_prompts
+    from grpo_cli.eval.evaluate import Problem, fewshot_pool, lm_eval_prompts
     from grpo_cli.models import resolve_model_path
-    from grpo_cli.recipe import EvalSection
+    from grpo_cli.recipe.schema import EvalSection
 
     model_dir = resolve_model_path(SMOLLM2)  # the plain bf16 directory both tools load
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}

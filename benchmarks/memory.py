@@ -14,7 +14,6 @@ from __future__ import annotations
 import argparse
 import csv
 import json
-import shutil
 import statistics
 import subprocess
 import sys
@@ -110,10 +109,10 @@ def measure_one(name: str, cfg: dict) -> dict:
     """Runs inside a fresh process: build, plan, measure."""
     import torch
 
-    from grpo_cli import architectures
-    from grpo_cli.measure import measure_peak
-    from grpo_cli.plan import GIB, memory_plan
-    from grpo_cli.recipe import Recipe
+    from grpo_cli.plan import architectures
+    from grpo_cli.plan.measure import measure_peak
+    from grpo_cli.plan.memory import GIB, memory_plan
+    from grpo_cli.recipe.schema import Recipe
 
     with tempfile.TemporaryDirectory() as tmp:
         model_dir = Path(tmp) / "model"

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import resource
 import shutil
 import statistics
 import subprocess
@@ -44,7 +43,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=2)
     args = parser.parse_args()
     from grpo_cli.models import resolve_model_path
-    from grpo_cli.validation import load_recipe
+    from grpo_cli.recipe.validation import load_recipe
 
     model_dir = resolve_model_path(load_recipe(DEMO).model.name)  # the same converted model for both
     grpo = shutil.which("grpo")

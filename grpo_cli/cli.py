@@ -65,7 +65,7 @@ def validate(recipe: RecipeArg, overrides: OverridesArg = None) -> None:
     """Check a recipe (with overrides) and print it with every default filled in."""
     import yaml
 
-    from grpo_cli.validation import load_recipe
+    from grpo_cli.recipe.validation import load_recipe
 
     with user_errors():
         loaded = load_recipe(recipe, overrides)
@@ -93,19 +93,18 @@ def train(
     accelerate_config: Annotated[Optional[Path], typer.Option("--accelerate-config", help="Your own accelerate config.")] = None,
 ) -> None:
     """Train with GRPO: validate the recipe, then run TRL's GRPOTrainer and save the result."""
-    from grpo_cli.validation import load_recipe
+    from grpo_cli.recipe.validation import load_recipe
 
     options = {"distributed.num_processes": num_processes, "distributed.strategy": strategy,
                "distributed.accelerate_config": accelerate_config}
     overrides = [*(overrides or []), *(f"{k}={v}" for k, v in options.items() if v is not None)]
     with user_errors():
         loaded = load_recipe(recipe, overrides)
-        from grpo_cli import distributed
+        from grpo_cli.train import distributed
 
         if distributed.wants_launch(loaded):
-            raise typer.Exit(distributed.launch(loaded, [str(recipe), *overrides, *(["--resume"] if resume else [])],
-                                                resume, echo=lambda line: typer.echo(line, err=True)))
-        from grpo_cli.trainer import train as run_training
+            raise typer.Exit(distributed.launch(loaded, resume, echo=lambda line: typer.echo(line, err=True)))
+        from grpo_cli.train.trainer import train as run_training
 
         try:
             result = run_training(loaded, resume=resume)
@@ -131,11 +130,11 @@ def plan(
     """Estimate peak GPU memory before loading any weight: where it goes, whether it fits, what to change."""
     from rich.console import Console
 
-    from grpo_cli import architectures
-    from grpo_cli.gpus import gpu_memory_bytes
-    from grpo_cli.plan import memory_plan, suggest
-    from grpo_cli.plan_view import plan_json, print_plan
-    from grpo_cli.validation import load_recipe
+    from grpo_cli.plan import architectures
+    from grpo_cli.plan.gpus import gpu_memory_bytes
+    from grpo_cli.plan.memory import memory_plan, suggest
+    from grpo_cli.plan.view import plan_json, print_plan
+    from grpo_cli.recipe.validation import load_recipe
 
     with user_errors():
         loaded = load_recipe(recipe, overrides)
@@ -144,14 +143,7 @@ def plan(
         spec = gpu or hardware.gpu or (f"{hardware.gpu_memory_gb}GB" if hardware.gpu_memory_gb else None)
         gpu_label, gpu_bytes = gpu_memory_bytes(spec) if spec else (None, None)
         result = memory_plan(loaded, arch, device, gpu_bytes)
-
-        def apply(extra: list[str]):
-            try:
-                return load_recipe(recipe, [*(overrides or []), *extra], check_trl=False)
-            except UserError:
-                return None
-
-        suggestions = suggest(loaded, arch, apply, device, gpu_bytes) if result.fits is False else []
+        suggestions = suggest(loaded, arch, device, gpu_bytes) if result.fits is False else []
     if as_json:
         typer.echo(json.dumps(plan_json(result, suggestions, gpu_label), indent=2))
     else:
@@ -193,10 +185,11 @@ def evaluate(
     """GSM8K held-out accuracy of a base model or a trained run, with intervals; resumable."""
     from rich.console import Console
 
-    from grpo_cli import evaluate as ev
-    from grpo_cli.eval_view import EvalDisplay, comparison_table, summary_table
-    from grpo_cli.run_dir import RECIPE_FILE
-    from grpo_cli.validation import load_recipe
+    from grpo_cli.eval import evaluate as ev
+    from grpo_cli.models import is_lora_adapter
+    from grpo_cli.eval.view import EvalDisplay, comparison_table, summary_table
+    from grpo_cli.train.run_dir import RECIPE_FILE
+    from grpo_cli.recipe.validation import load_recipe
 
     overrides = list(overrides or [])
     if recipe is not None and "=" in str(recipe) and not recipe.exists():  # only overrides were given
@@ -219,7 +212,7 @@ def evaluate(
             loaded = load_recipe(run_dir / RECIPE_FILE, overrides, check_trl=False)
         else:
             loaded = load_recipe(None, overrides, check_trl=False, data={"rewards": [{"name": "correctness"}]})
-        if adapter is not None and not (adapter / "adapter_config.json").is_file():
+        if adapter is not None and not is_lora_adapter(adapter):
             raise UserError(f"{adapter} is not a LoRA adapter directory (no adapter_config.json)")
         if base_dir is not None and compare_run is None:
             raise UserError("--base names the base evaluation that --compare reuses; give --compare RUN_DIR too")
@@ -244,6 +237,10 @@ def evaluate(
             default = ev.default_output(loaded.eval, target, run)
             results.append(ev.evaluate(loaded, target, output or (default / "trained" if run else default), display))
             comparison = None
+    if run_dir is not None:
+        from grpo_cli.train.model_card import write_model_card
+
+        write_model_card(run_dir, load_recipe(run_dir / RECIPE_FILE, check_trl=False))  # now with these results
     if as_json:
         payload = {"results": [r.summary for r in results], **({"comparison": comparison} if comparison else {})}
         typer.echo(json.dumps(payload, indent=2))
@@ -261,7 +258,7 @@ def report(
     output: Annotated[Optional[Path], typer.Option("--output", "-o", help="PNG path (default RUN_DIR/report.png).")] = None,
 ) -> None:
     """Plot a run's reward (total and per reward), KL and completion length against step."""
-    from grpo_cli.report import plot_run
+    from grpo_cli.train.report import plot_run
 
     with user_errors():
         written = plot_run(run_dir, output)
@@ -275,7 +272,7 @@ def export(
     force: Annotated[bool, typer.Option("--force", help="Replace an existing output directory.")] = False,
 ) -> None:
     """Write a standalone model directory from a LoRA or QLoRA run."""
-    from grpo_cli.export import merge_lora_run
+    from grpo_cli.train.export import merge_lora_run
 
     with user_errors():
         if merge.exists() and any(merge.iterdir()) and not force:
@@ -291,7 +288,7 @@ def schema(
     output: Annotated[Optional[Path], typer.Option("--output", "-o", help="Write to this file instead of stdout.")] = None,
 ) -> None:
     """Print the recipe JSON schema, for editor completion and checking."""
-    from grpo_cli.recipe import Recipe
+    from grpo_cli.recipe.schema import Recipe
 
     text = json.dumps(Recipe.model_json_schema(), indent=2)
     if output is None:
@@ -309,7 +306,7 @@ def recipes_list() -> None:
     from rich.console import Console
     from rich.table import Table
 
-    from grpo_cli.catalog import first_comment, shipped_recipes
+    from grpo_cli.recipe.catalog import first_comment, shipped_recipes
 
     table = Table("recipe", "how to run it", box=None, pad_edge=False)
     for name, path in shipped_recipes().items():
@@ -327,7 +324,7 @@ def recipes_cp(
     force: Annotated[bool, typer.Option("--force", help="Overwrite an existing file.")] = False,
 ) -> None:
     """Copy a shipped recipe so you can edit your own version."""
-    from grpo_cli.catalog import find_recipe
+    from grpo_cli.recipe.catalog import find_recipe
 
     with user_errors():
         source = find_recipe(name)

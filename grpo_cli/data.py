@@ -10,9 +10,11 @@ from typing import Any
 
 from grpo_cli.answers import gsm8k_gold, normalize_number
 from grpo_cli.errors import UserError
-from grpo_cli.recipe import DataSection
+from grpo_cli.recipe.schema import DataSection
 
 GENERATED = "generated"
+# Local data files by suffix -> the `datasets` builder that reads them.
+LOCAL_DATA_BUILDERS = {".jsonl": "json", ".json": "json", ".parquet": "parquet", ".csv": "csv"}
 DEFAULT_GENERATED_ROWS = 1000
 
 # Templates for one-step arithmetic word problems in GSM8K's format (question, worked answer ending `#### N`).
@@ -55,7 +57,7 @@ def load_rows(source: str, config: str | None, split: str, limit: int | None = N
         return datasets.Dataset.from_list(generate_problems(limit or DEFAULT_GENERATED_ROWS, seed))
     path = Path(source).expanduser()
     if path.is_file():
-        builder = {".jsonl": "json", ".json": "json", ".parquet": "parquet", ".csv": "csv"}.get(path.suffix)
+        builder = LOCAL_DATA_BUILDERS.get(path.suffix)
         if builder is None:
             raise UserError(f"unsupported data file type {path.suffix!r}", path=key)
         try:

@@ -109,18 +109,31 @@ def quantization_config(recipe):
     )
 
 
+def pretrained_kwargs(recipe) -> dict:
+    """`from_pretrained` arguments every load of the recipe's model shares: the dtype is always explicit (TRL and
+    transformers would default to float32), remote code only when the recipe turns it on."""
+    import torch
+
+    return dict(
+        dtype=getattr(torch, recipe.model.dtype),
+        attn_implementation=recipe.model.attn_implementation,
+        revision=recipe.model.revision,
+        trust_remote_code=recipe.model.trust_remote_code,
+    )
+
+
+def is_lora_adapter(path: str | Path) -> bool:
+    """A directory written by peft's save_pretrained (a LoRA/QLoRA run's final/ or a checkpoint)."""
+    return (Path(path) / "adapter_config.json").is_file()
+
+
 def load_model(recipe):
     """The policy model, in the recipe's dtype (never TRL's float32 default), quantized for QLoRA."""
     import torch
     from transformers import AutoModelForCausalLM
 
     location = resolve_model_path(recipe.model.name)
-    kwargs = dict(
-        dtype=getattr(torch, recipe.model.dtype),
-        attn_implementation=recipe.model.attn_implementation,
-        revision=recipe.model.revision,
-        trust_remote_code=recipe.model.trust_remote_code,
-    )
+    kwargs = pretrained_kwargs(recipe)
     quant = quantization_config(recipe)
     if quant is not None:
         kwargs["quantization_config"] = quant

@@ -1,64 +1,14 @@
-"""What a person watches during a run: a rich progress bar in a terminal, plain lines elsewhere (CI, logs)."""
+"""The one progress bar look shared by training and evaluation."""
 
 from __future__ import annotations
 
-from typing import Any
-
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
-from rich.table import Table
-
-SHOWN = (("reward", "reward"), ("kl", "kl"), ("completions/mean_length", "len"), ("loss", "loss"))
 
 
-def _fmt(value: Any) -> str:
-    return "-" if value is None else f"{value:.3g}" if isinstance(value, float) else str(value)
-
-
-class TrainingDisplay:
-    def __init__(self, console: Console, total_steps: int):
-        self.console = console
-        self.total = total_steps
-        self.history: list[dict] = []
-        self.progress = None
-        if console.is_terminal:
-            self.progress = Progress(
-                TextColumn("[bold]step"), MofNCompleteColumn(), BarColumn(), TimeElapsedColumn(),
-                TextColumn("eta"), TimeRemainingColumn(), TextColumn("{task.fields[stats]}"),
-                console=console,
-            )
-            self.task = self.progress.add_task("train", total=total_steps, stats="generating...")
-
-    def __enter__(self):
-        if self.progress:
-            self.progress.start()
-        return self
-
-    def __exit__(self, *exc):
-        if self.progress:
-            self.progress.stop()
-
-    def update(self, record: dict) -> None:
-        self.history.append(record)
-        stats = "  ".join(f"{label} {_fmt(record.get(key))}" for key, label in SHOWN if key in record)
-        if self.progress:
-            self.progress.update(self.task, completed=record["step"], stats=stats)
-        else:
-            self.console.print(f"step {record['step']}/{self.total}  {stats}  ({record['step_time_s']:.1f}s/step)",
-                               highlight=False)
-
-    def summary(self) -> Table:
-        """First and last logged values of the headline metrics."""
-        table = Table(title="run summary", box=None)
-        table.add_column("metric")
-        table.add_column("first", justify="right")
-        table.add_column("last", justify="right")
-        if not self.history:
-            return table
-        first, last = self.history[0], self.history[-1]
-        keys = ["reward"] + sorted(k for k in last if k.startswith("rewards/") and k.endswith("/mean"))
-        keys += ["kl", "completions/mean_length", "loss", "step_time_s", "peak_memory_gb"]
-        for key in keys:
-            if key in last:
-                table.add_row(key, _fmt(first.get(key)), _fmt(last.get(key)))
-        return table
+def progress_bar(console: Console, label: str) -> Progress:
+    """`label  n/N  bar  elapsed  eta remaining  <stats>`; callers fill the `stats` field of their task."""
+    return Progress(
+        TextColumn(f"[bold]{label}"), MofNCompleteColumn(), BarColumn(), TimeElapsedColumn(),
+        TextColumn("eta"), TimeRemainingColumn(), TextColumn("{task.fields[stats]}"), console=console,
+    )

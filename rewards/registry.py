@@ -1,4 +1,5 @@
-"""Reward lookup: a built-in name, then `package.module:function`, then `path/to/file.py:function`."""
+"""Reward lookup: a built-in name, then `package.module:function` (or TRL's `package.module.function`), then
+`path/to/file.py:function`."""
 
 from __future__ import annotations
 
@@ -50,12 +51,14 @@ def resolve_reward(name: str, kwargs: dict[str, Any] | None = None) -> Callable[
     kwargs = kwargs or {}
     if name in BUILTINS:
         return _build(name, BUILTINS[name], kwargs, builtin=True)
+    if ":" not in name and "." in name.strip(".") and not name.endswith(".py"):
+        name = "{}:{}".format(*name.rsplit(".", 1))  # TRL's dotted form, package.module.function
     if ":" not in name:
         close = difflib.get_close_matches(name, BUILTINS, n=1)
         hint = f"did you mean `{close[0]}`? " if close else ""
         raise RewardLookupError(
             f"unknown reward `{name}`; {hint}built-ins: {', '.join(BUILTINS)}; "
-            "or give your own as package.module:function or path/to/file.py:function"
+            "or give your own as package.module:function (or package.module.function) or path/to/file.py:function"
         )
     where, _, attr = name.rpartition(":")
     module = _load_module(where)
@@ -77,14 +80,22 @@ def _load_module(where: str) -> Any:
         sys.modules[module_name] = module  # lets pickling (multi-process data loading) find its functions
         try:
             spec.loader.exec_module(module)
-        except Exception as exc:  # the user's file failed to import: say where, not a traceback
+        except (Exception, SystemExit) as exc:  # the user's file failed (or exited) on import: say where
             del sys.modules[module_name]
-            raise RewardLookupError(f"importing {path} failed: {type(exc).__name__}: {exc}") from None
+            raise RewardLookupError(f"importing {path} failed: {_describe(exc)}") from None
         return module
     try:
         return importlib.import_module(where)
     except ImportError as exc:
         raise RewardLookupError(f"cannot import module `{where}`: {exc}") from None
+    except (Exception, SystemExit) as exc:
+        raise RewardLookupError(f"importing module `{where}` failed: {_describe(exc)}") from None
+
+
+def _describe(exc: BaseException) -> str:
+    if isinstance(exc, SystemExit):
+        return f"it calls sys.exit({exc.code!r}) when imported; a reward file must only define functions"
+    return f"{type(exc).__name__}: {str(exc)[:300]}"
 
 
 def _build(name: str, target: Any, kwargs: dict[str, Any], builtin: bool) -> Callable[..., Any]:

@@ -7,6 +7,7 @@ overrides, given on a second line as `# args: key=value`).
 from __future__ import annotations
 
 import re
+import shutil
 from pathlib import Path
 
 import pytest
@@ -15,6 +16,7 @@ from typer.testing import CliRunner
 from grpo_cli.cli import app
 
 BROKEN = sorted((Path(__file__).parent / "assets" / "broken").glob("*.yaml"))
+FILES = Path(__file__).parent / "assets" / "files"
 
 
 def expectation(path: Path) -> tuple[str, str, list[str]]:
@@ -32,6 +34,7 @@ def test_corpus_is_large_enough():
 @pytest.mark.parametrize("recipe", BROKEN, ids=[p.stem for p in BROKEN])
 def test_broken_recipe_is_reported_precisely(recipe: Path, monkeypatch, tmp_path):
     monkeypatch.chdir(tmp_path)  # relative paths in the corpus must not accidentally exist
+    shutil.copytree(FILES, tmp_path / "files")  # ... except the broken data and reward files under files/
     where, key_path, args = expectation(recipe)
     result = CliRunner().invoke(app, ["validate", str(recipe), *args])
     output = result.output

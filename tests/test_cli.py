@@ -8,9 +8,9 @@ import yaml
 from typer.testing import CliRunner
 
 from grpo_cli import __version__
-from grpo_cli.catalog import shipped_recipes
+from grpo_cli.recipe.catalog import shipped_recipes
 from grpo_cli.cli import app
-from grpo_cli.validation import load_recipe
+from grpo_cli.recipe.validation import load_recipe
 
 ROOT = Path(__file__).resolve().parent.parent
 SHIPPED = sorted((ROOT / "recipes").rglob("*.yaml"))

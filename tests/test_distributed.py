@@ -10,15 +10,16 @@ import sys
 
 import pytest
 import torch
+import yaml
 from accelerate.commands.config.config_args import load_config_from_file
 from safetensors.torch import load_file
 
 from conftest import ASSETS, write_recipe
-from grpo_cli import architectures
-from grpo_cli.distributed import accelerate_config, launch_command, write_accelerate_config
+from grpo_cli.plan import architectures
+from grpo_cli.train.distributed import launch_command, write_accelerate_config
 from grpo_cli.errors import UserError
-from grpo_cli.plan import memory_plan
-from grpo_cli.validation import load_recipe
+from grpo_cli.plan.memory import memory_plan
+from grpo_cli.recipe.validation import load_recipe
 
 
 def recipe_with(tmp_path, tiny_llama, **distributed):
@@ -108,6 +109,10 @@ def test_two_cpu_processes_ddp_over_gloo(tmp_path, tiny_llama):
     assert [m["step"] for m in metrics] == [1, 2]
     assert all(m["world_size"] == 2 and math.isfinite(m["loss"]) for m in metrics)
     assert (run_dir / "accelerate_config.yaml").exists()
+    # The ranks loaded the resolved recipe the launcher wrote, not the user's file plus overrides again.
+    launched = yaml.safe_load((run_dir / "launch_recipe.yaml").read_text())
+    assert launched["training"]["max_steps"] == 2 and launched["distributed"]["num_processes"] == 2
+    assert launched["training"]["output_dir"] == str(run_dir)
     before = load_file(tiny_llama / "model.safetensors")
     after = load_file(run_dir / "final" / "model.safetensors")
     assert any(not torch.equal(before[k], after[k]) for k in before if k in after)

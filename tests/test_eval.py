@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -11,9 +12,9 @@ from typer.testing import CliRunner
 from conftest import write_recipe
 from grpo_cli.answers import LM_EVAL_FLEXIBLE, LM_EVAL_STRICT, lm_eval_exact_match, regex_filter
 from grpo_cli.cli import app
-from grpo_cli.evaluate import Problem, lm_eval_prompts, score
-from grpo_cli.generation import cut_at_stops, length_sorted_batches
-from grpo_cli.stats import paired_difference, wilson_interval
+from grpo_cli.eval.evaluate import Problem, lm_eval_prompts, score
+from grpo_cli.eval.generation import cut_at_stops, length_sorted_batches
+from grpo_cli.eval.stats import paired_difference, wilson_interval
 
 runner = CliRunner()
 GOLD_TEXT = "She pays 2 * 617 = <<2*617=1234>>1234 dollars.\n#### 1234"
@@ -180,7 +181,17 @@ def test_eval_lm_eval_protocol_on_local_files(tmp_path, tiny_llama):
     assert result.exit_code == 0, result.output
     records = predictions(tmp_path / "out")
     assert len(records) == 5
-    assert all(r["extracted"]["strict-match"] == "[invalid]" or r["formatted"] for r in records)
+    golds = {i: row["answer"] for i, row in enumerate(generate_problems(5, seed=3))}
+    for r in records:
+        completion = r["completion"]
+        assert "Question:" not in completion  # lm-eval's stop sequence ends the completion
+        first_hashes = re.search(r"#### (\-?[0-9\.\,]+)", completion)
+        assert r["extracted"]["strict-match"] == (first_hashes.group(1).strip() if first_hashes else "[invalid]")
+        numbers = re.findall(r"-?[$0-9.,]{2,}|-?[0-9]+", completion)
+        assert r["extracted"]["flexible-extract"] == (numbers[-1].strip() if numbers else "[invalid]")
+        assert r["formatted"] == bool(first_hashes)
+        for name, value in r["extracted"].items():
+            assert r["correct"][name] == lm_eval_exact_match(value, golds[r["index"]])
 
 
 def test_eval_user_mistakes(tmp_path, tiny_llama):
@@ -221,6 +232,9 @@ def test_compare_base_and_trained_lora_run(tmp_path, tiny_llama):
         changed = sum(bool(a["correct"][name]) != bool(b["correct"][name]) for a, b in
                       zip(sorted(base, key=lambda r: r["index"]), sorted(after, key=lambda r: r["index"])))
         assert f["fixed"] + f["broken"] == changed
+
+    card = (run_dir / "README.md").read_text()  # the model card now carries the evaluation
+    assert "## Evaluation (GSM8K" in card and "| chat, test | base | 4 |" in card and "| chat, test | trained | 4 |" in card
 
     # A second compare reuses the base evaluation (--base): nothing is regenerated for it, and its file is unchanged.
     before = (root / "base" / "predictions.jsonl").read_bytes()

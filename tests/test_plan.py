@@ -4,16 +4,15 @@ import json
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
 
 from conftest import ROOT, write_recipe
-from grpo_cli import architectures
+from grpo_cli.plan import architectures
 from grpo_cli.cli import app
-from grpo_cli.plan import GIB, memory_plan
-from grpo_cli.validation import load_recipe
+from grpo_cli.plan.memory import GIB, memory_plan
+from grpo_cli.recipe.validation import load_recipe
 
 runner = CliRunner()
 
@@ -62,6 +61,34 @@ def test_plan_cli_fit_verdict_and_suggestions_validate():
         assert suggestion["peak_nvidia_smi_gib"] <= 12
     table = runner.invoke(app, ["plan", str(recipe), "--gpu", "RTX 4090"])
     assert table.exit_code == 0 and "fits" in table.output and "peak tensors" in table.output
+
+
+def test_every_suggestion_lowers_the_planned_peak():
+    """A suggestion must change what sets the memory; checked on recipes of each method, both devices, tight GPUs."""
+    from grpo_cli.plan.memory import _candidate_changes, suggest
+    from grpo_cli.recipe.validation import with_overrides
+
+    seen = 0
+    for name in ("qwen2.5/1.5b_full.yaml", "qwen2.5/0.5b_lora.yaml", "llama3.1/8b_qlora.yaml"):
+        for extra in ([], ["model.gradient_checkpointing=false"]):
+            recipe = load_recipe(ROOT / "recipes" / name, ["training.optim=adamw_torch", *extra])
+            arch = architectures.resolve(recipe)
+            for device in ("cuda", "cpu"):
+                before = memory_plan(recipe, arch, device)
+                # Fewer generations per prompt halves the completions per micro-batch too, so what the batch
+                # sets (activations, KV cache) shrinks; whether the peak does depends on which phase is highest.
+                generations = [o for label, o in _candidate_changes(recipe) if "generations" in label]
+                assert generations, name
+                fewer = memory_plan(with_overrides(recipe, generations[0]), arch, device)
+                for term in ("activations", "generation KV cache"):
+                    assert fewer.term(term).bytes < before.term(term).bytes, (name, term)
+                for fraction in (0.6, 0.9):
+                    gpu = before.peak_smi * fraction
+                    for label, overrides, peak in suggest(recipe, arch, device, gpu):
+                        after = memory_plan(with_overrides(recipe, overrides), arch, device, gpu)
+                        assert after.peak_smi < before.peak_smi and after.fits and peak == after.peak_smi, label
+                        seen += 1
+    assert seen >= 10
 
 
 def test_plan_unknown_architecture_offline_names_the_fields(tmp_path, monkeypatch):

@@ -8,10 +8,10 @@ from __future__ import annotations
 import pytest
 
 from conftest import write_recipe
-from grpo_cli import architectures
-from grpo_cli.measure import measure_peak
-from grpo_cli.plan import memory_plan
-from grpo_cli.validation import load_recipe
+from grpo_cli.plan import architectures
+from grpo_cli.plan.measure import measure_peak
+from grpo_cli.plan.memory import memory_plan
+from grpo_cli.recipe.validation import load_recipe
 
 
 @pytest.fixture(scope="module")

@@ -10,7 +10,6 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from rewards import BUILTINS, RewardLookupError, resolve_reward
-from rewards.gsm8k import LengthTarget, Proximity
 
 ROOT = Path(__file__).resolve().parent.parent
 GOOD = "<reasoning>\n3 + 4 = 7\n</reasoning>\n<answer>\n7\n</answer>\n"
@@ -76,6 +75,15 @@ def test_user_reward_from_file_with_kwargs(tmp_path, monkeypatch):
 def test_user_reward_from_module():
     fn = resolve_reward("rewards.gsm8k:soft_format")
     assert fn is BUILTINS["soft_format"]
+    assert resolve_reward("rewards.gsm8k.soft_format") is fn  # TRL's dotted form
+    with pytest.raises(RewardLookupError, match="no attribute `nope`"):
+        resolve_reward("rewards.gsm8k.nope")
+
+
+def test_reward_file_that_exits_on_import_is_an_error(tmp_path):
+    (tmp_path / "exits.py").write_text("import sys\nsys.exit(3)\n")
+    with pytest.raises(RewardLookupError, match="sys.exit"):
+        resolve_reward(f"{tmp_path / 'exits.py'}:f")
 
 
 def test_unknown_reward_lists_valid_names():

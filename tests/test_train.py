@@ -16,10 +16,10 @@ import torch
 from safetensors.torch import load_file
 from typer.testing import CliRunner
 
-from conftest import ASSETS, ROOT, write_recipe
+from conftest import ASSETS, write_recipe
 from grpo_cli.cli import app
-from grpo_cli.trainer import train
-from grpo_cli.validation import load_recipe
+from grpo_cli.train.trainer import train
+from grpo_cli.recipe.validation import load_recipe
 
 REWARDS = [{"name": f"{ASSETS / 'varied_rewards.py'}:digit_share"}, {"name": "correctness"}]
 
@@ -62,6 +62,14 @@ def test_lora_dr_grpo_on_qwen2_with_biases(tmp_path, tiny_qwen2):
     assert lora_b and any(v.abs().sum() > 0 for v in lora_b.values()), "LoRA B starts at zero and must move"
     base = load_file(tiny_qwen2 / "model.safetensors")
     assert any(k.endswith("q_proj.bias") for k in base)
+    # The run's README is our model card, not TRL's or PEFT's stock text, in the run and beside the adapter.
+    card = (result.run_dir / "README.md").read_text()
+    assert card == (result.final_dir / "README.md").read_text()
+    assert "huggingface.co/None" not in card and "More Information Needed" not in card
+    for fact in (f"base_model: {tiny_qwen2}", "LoRA r=4, alpha=8", "`generated`", "dr_grpo", "`correctness` (1)",
+                 "digit_share", f"finished after {recipe.training.max_steps} steps", "| reward |",
+                 "PeftModel.from_pretrained", f"grpo train {result.run_dir}/recipe.yaml", "Not evaluated yet"):
+        assert fact in card, fact
 
 
 def test_lora_with_beta_uses_disabled_adapter_as_reference(tmp_path, tiny_llama):

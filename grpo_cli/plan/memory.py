@@ -15,10 +15,10 @@ shapes in the named source code.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
-from grpo_cli.architectures import Architecture
-from grpo_cli.recipe import Recipe
+from grpo_cli.plan.architectures import Architecture
+from grpo_cli.recipe.schema import Recipe
 
 GIB = 2**30
 DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4}
@@ -71,7 +71,6 @@ class Plan:
     peak_smi: float
     device: str
     gpu_bytes: float | None = None
-    suggestions: list[tuple[str, float]] = field(default_factory=list)
 
     @property
     def fits(self) -> bool | None:
@@ -91,11 +90,10 @@ def memory_plan(recipe: Recipe, arch: Architecture, device: str = "cuda", gpu_by
     """Bytes per term for one process (device), without loading anything."""
     w = DTYPE_BYTES[recipe.model.dtype]
     P, h, f, L, V = arch.params, arch.hidden_size, arch.intermediate_size, arch.num_layers, arch.vocab_size
-    G = recipe.grpo.num_generations
     B = recipe.training.per_device_train_batch_size
     prompt = recipe.data.max_prompt_length or 256
     S = prompt + recipe.grpo.max_completion_length
-    gen_batch = B * recipe.steps_per_generation  # completions this process generates at once
+    gen_batch = recipe.generation_batch_per_process
     terms: list[Term] = []
 
     # --- static: weights, adapters, reference, optimizer states
@@ -285,34 +283,54 @@ def _candidate_changes(recipe: Recipe) -> list[tuple[str, list[str]]]:
                     [f"training.per_device_train_batch_size={b // 2}", f"training.gradient_accumulation_steps={ga * 2}"]))
     if g.max_completion_length >= 64:
         out.append(("shorter completions", [f"grpo.max_completion_length={g.max_completion_length // 2}"]))
-    if g.num_generations >= 4 and g.num_generations % 2 == 0:
-        out.append(("fewer generations per prompt", [f"grpo.num_generations={g.num_generations // 2}"]))
+    if g.num_generations >= 4 and g.num_generations % 2 == 0 and b % 2 == 0:
+        # per_device_train_batch_size counts completions: halving the group alone would leave the batch (and the
+        # memory) as it was, with twice the prompts in it.
+        out.append(("fewer generations per prompt, same prompts per step",
+                    [f"grpo.num_generations={g.num_generations // 2}", f"training.per_device_train_batch_size={b // 2}"]))
     return out
 
 
-def suggest(recipe: Recipe, arch: Architecture, apply, device: str, gpu_bytes: float) -> list[tuple[str, list[str], float]]:
+def suggest(recipe: Recipe, arch: Architecture, device: str, gpu_bytes: float) -> list[tuple[str, list[str], float]]:
     """Cheapest ways to fit: every single change that fits, else the shortest cumulative prefix that does.
 
-    `apply(overrides)` returns the validated Recipe with those overrides, or None if they do not validate.
+    Each candidate is applied to the validated recipe itself (never the YAML again) and validated like the file.
+    A change that does not lower the peak is never proposed, alone or in a combination (LoRA without gradient
+    checkpointing, for one, can hold more activations than full fine-tuning: PEFT keeps float32 copies).
     """
-    singles = []
-    changes = _candidate_changes(recipe)
-    for label, overrides in changes:
+    from grpo_cli.errors import UserError
+    from grpo_cli.recipe.validation import with_overrides
+
+    def apply(overrides: list[str]) -> Recipe | None:
+        try:
+            return with_overrides(recipe, overrides)
+        except UserError:
+            return None
+
+    baseline = memory_plan(recipe, arch, device, gpu_bytes).peak_smi
+    singles, helpful = [], []
+    for label, overrides in _candidate_changes(recipe):
         changed = apply(overrides)
-        if changed is not None:
-            plan = memory_plan(changed, arch, device, gpu_bytes)
+        if changed is None:
+            continue
+        plan = memory_plan(changed, arch, device, gpu_bytes)
+        if plan.peak_smi < baseline:
+            helpful.append((label, overrides))
             if plan.fits:
                 singles.append((label, overrides, plan.peak_smi))
     if singles:
         return singles
     combined: list[str] = []
     labels: list[str] = []
-    for label, overrides in changes:
+    peak = baseline
+    for label, overrides in helpful:
         trial = apply(combined + overrides)
         if trial is None:
             continue
-        combined, labels = combined + overrides, labels + [label]
         plan = memory_plan(trial, arch, device, gpu_bytes)
+        if plan.peak_smi >= peak:
+            continue  # helps alone, but not on top of the changes already taken
+        combined, labels, peak = combined + overrides, labels + [label], plan.peak_smi
         if plan.fits:
             return [(" + ".join(labels), combined, plan.peak_smi)]
     return []

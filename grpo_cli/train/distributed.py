@@ -14,10 +14,11 @@ from typing import Any
 
 import yaml
 
-from grpo_cli.recipe import Recipe
+from grpo_cli.recipe.schema import Recipe
 
 LAUNCHED_ENV = "GRPO_LAUNCHED"  # set for the launched ranks: they train instead of launching again
 CONFIG_FILE = "accelerate_config.yaml"
+RANK_RECIPE_FILE = "launch_recipe.yaml"  # the resolved recipe (file + overrides) every rank loads
 
 
 def is_launched_rank() -> bool:
@@ -109,19 +110,24 @@ def launch_command(config: Path, train_args: list[str]) -> list[str]:
             "-m", "grpo_cli", "train", *train_args]
 
 
-def launch(recipe: Recipe, train_args: list[str], resume: bool, echo=print) -> int:
-    """Check and create the run directory once, write the accelerate config, then start every rank."""
+def launch(recipe: Recipe, resume: bool, echo=print) -> int:
+    """Check and create the run directory once, write the accelerate config and the resolved recipe, then start
+    every rank on that recipe (so no rank reads the user's YAML or re-applies overrides)."""
     import torch
 
-    from grpo_cli.run_dir import prepare_run_dir
-    from grpo_cli.trainer import check_runtime
+    from grpo_cli.train.run_dir import prepare_run_dir
+    from grpo_cli.train.runtime import check_runtime
 
     check_runtime(recipe)
     check_engine(recipe)
     prepare_run_dir(recipe, resume)
     config = write_accelerate_config(recipe, recipe.output_dir, on_cpu=not torch.cuda.is_available())
+    resolved = recipe.model_dump(mode="json")
+    resolved["name"], resolved["training"]["output_dir"] = recipe.run_name, str(recipe.output_dir)
+    rank_recipe = recipe.output_dir / RANK_RECIPE_FILE
+    rank_recipe.write_text(yaml.safe_dump(resolved, sort_keys=False, allow_unicode=True), encoding="utf-8")
     echo(f"launching {recipe.num_processes} processes ({recipe.distributed.strategy}) with accelerate: {config}")
-    return relaunch(config, train_args)
+    return relaunch(config, [str(rank_recipe), *(["--resume"] if resume else [])])
 
 
 def relaunch(config: Path, train_args: list[str]) -> int:

@@ -8,7 +8,7 @@ from pathlib import Path
 import yaml
 
 from grpo_cli.errors import UserError
-from grpo_cli.recipe import Recipe
+from grpo_cli.recipe.schema import Recipe
 
 RECIPE_FILE = "recipe.yaml"
 METRICS_FILE = "metrics.jsonl"

@@ -8,7 +8,7 @@ built-in table of common models (numbers from their config.json files, see desig
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -155,6 +155,3 @@ def _hub_config(name: str, revision: str | None) -> dict[str, Any] | None:
     except Exception:  # offline, gated, or not a model repo: all mean "not available here"
         return None
 
-
-def describe(arch: Architecture) -> dict[str, Any]:
-    return {**asdict(arch), "params": arch.params}

@@ -14,7 +14,7 @@ from typing import Any, Callable
 from transformers import TrainerCallback
 
 from grpo_cli.answers import completion_text
-from grpo_cli.run_dir import METRICS_FILE, SAMPLES_FILE
+from grpo_cli.train.run_dir import METRICS_FILE, SAMPLES_FILE
 
 
 def peak_memory_gb() -> tuple[float, str]:

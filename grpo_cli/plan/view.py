@@ -7,7 +7,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from grpo_cli.plan import GIB, Plan
+from grpo_cli.plan.memory import GIB, Plan
 
 
 def plan_json(plan: Plan, suggestions: list[tuple[str, list[str], float]], gpu_label: str | None) -> dict[str, Any]:

@@ -8,7 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from grpo_cli.recipe import Recipe
+from grpo_cli.recipe.schema import Recipe
 
 
 def grpo_config_kwargs(recipe: Recipe, output_dir: Path, on_cpu: bool = False) -> dict[str, Any]:
@@ -72,12 +72,3 @@ def grpo_config_kwargs(recipe: Recipe, output_dir: Path, on_cpu: bool = False) -
     kwargs.update(recipe.trl)
     return kwargs
 
-
-def model_init_kwargs(recipe: Recipe) -> dict[str, Any]:
-    """Arguments for `from_pretrained`; the dtype is always explicit (TRL would default to float32)."""
-    return {
-        "dtype": recipe.model.dtype,
-        "attn_implementation": recipe.model.attn_implementation,
-        "revision": recipe.model.revision,
-        "trust_remote_code": recipe.model.trust_remote_code,
-    }

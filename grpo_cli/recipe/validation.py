@@ -9,12 +9,13 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
+from grpo_cli.data import LOCAL_DATA_BUILDERS
 from grpo_cli.errors import Problem, UserError
 from grpo_cli.models import model_location
-from grpo_cli.recipe import Recipe
-from grpo_cli.yaml_source import COMMAND_LINE, KeyPath, apply_overrides, format_path, line_of, read_yaml
+from grpo_cli.recipe.schema import Recipe, generation_batch
+from grpo_cli.recipe.yaml_source import COMMAND_LINE, KeyPath, apply_overrides, format_path, line_of, read_yaml
 
-LOCAL_DATA_SUFFIXES = (".jsonl", ".json", ".parquet", ".csv")
+LOCAL_DATA_SUFFIXES = tuple(LOCAL_DATA_BUILDERS)
 
 
 def load_recipe(
@@ -32,7 +33,10 @@ def load_recipe(
     overridden = apply_overrides(data, list(overrides or []))
 
     def problem(path: KeyPath, message: str) -> Problem:
-        from_command_line = file is None or (bool(path) and any(path[: len(o)] == o for o in overridden))
+        # An error on an override's key, or on a section only an override named (not in the file), is the
+        # command line's, not line 1 of the file's.
+        from_command_line = file is None or (bool(path) and any(
+            path[: len(o)] == o or (o[: len(path)] == path and path not in lines) for o in overridden))
         if from_command_line:
             return Problem(message, format_path(path), source=COMMAND_LINE)
         return Problem(message, format_path(path), line_of(lines, path), str(file))
@@ -51,6 +55,21 @@ def load_recipe(
     if found:
         raise UserError([problem(path, msg) for path, msg in found])
     return recipe
+
+
+def with_overrides(recipe: Recipe, overrides: list[str]) -> Recipe:
+    """The recipe with more `key.path=value` overrides, validated like a file (schema and cross-field checks)."""
+    data = recipe.model_dump(mode="json")
+    apply_overrides(data, overrides)
+    try:
+        changed = Recipe.model_validate(data)
+    except ValidationError as exc:
+        raise UserError([Problem(msg, format_path(path), source=COMMAND_LINE) for path, msg in _translate(exc)]) from None
+    changed._source = recipe._source
+    problems = cross_field_problems(changed)
+    if problems:
+        raise UserError([Problem(msg, format_path(path), source=COMMAND_LINE) for path, msg in problems])
+    return changed
 
 
 # ---------------------------------------------------------------- pydantic errors -> user messages
@@ -163,11 +182,13 @@ def _batch_problems(recipe: Recipe) -> list[tuple[KeyPath, str]]:
         return out
     if total % g == 0:
         return []
-    fixes = [f"training.per_device_train_batch_size={v}" for v in _nearest(b, lambda v: v * n * s % g == 0)]
-    fixes += [f"training.gradient_accumulation_steps={v}" for v in _nearest(s, lambda v: b * n * v % g == 0)][:1]
+    fixes = [f"training.per_device_train_batch_size={v}"
+             for v in _nearest(b, lambda v: generation_batch(v, n, s) % g == 0)]
+    fixes += [f"training.gradient_accumulation_steps={v}"
+              for v in _nearest(s, lambda v: generation_batch(b, n, v) % g == 0)][:1]
     fixes += [f"grpo.num_generations={v}" for v in _nearest(g, lambda v: v >= 2 and total % v == 0)][:1]
     if n > 1:
-        fixes += [f"distributed.num_processes={v}" for v in _nearest(n, lambda v: b * v * s % g == 0)][:1]
+        fixes += [f"distributed.num_processes={v}" for v in _nearest(n, lambda v: generation_batch(b, v, s) % g == 0)][:1]
     return [
         (
             ("training", "per_device_train_batch_size"),
@@ -230,7 +251,64 @@ def path_problems(data: dict[str, Any]) -> list[tuple[KeyPath, str]]:
             out.append((key, f"data file not found: {path} (relative paths start at {Path.cwd()})"))
         elif path.is_file() and path.suffix not in LOCAL_DATA_SUFFIXES:
             out.append((key, f"unsupported data file type {path.suffix!r}; use one of {', '.join(LOCAL_DATA_SUFFIXES)}"))
+        elif path.is_file():
+            section = data.get(key[0]) if isinstance(data.get(key[0]), dict) else {}
+            if key == ("data", "source"):
+                needed = [section.get("prompt_column", "question"), section.get("answer_column", "answer")]
+            else:  # evaluation reads GSM8K's fields
+                needed = ["question", "answer"]
+            problem = data_file_problem(path, [c for c in needed if isinstance(c, str)])
+            if problem and "field" in problem and key == ("data", "source"):
+                problem += "; name yours with data.prompt_column / data.answer_column"
+            if problem:
+                out.append((key, problem))
     return out
+
+
+def data_file_problem(path: Path, columns: list[str]) -> str | None:
+    """Why a local data file cannot feed training or evaluation (empty, not JSON Lines, missing columns), or None.
+
+    Reads at most the first rows, so a large dataset is checked in milliseconds."""
+    import csv
+    import json
+
+    try:
+        if path.stat().st_size == 0:
+            return f"{path} is empty"
+        if path.suffix == ".parquet":
+            import pyarrow.parquet as pq
+
+            names = pq.read_schema(path).names
+        elif path.suffix == ".csv":
+            with open(path, encoding="utf-8", newline="") as handle:
+                names = next(csv.reader(handle), [])
+        elif path.suffix == ".jsonl":
+            names = None
+            with open(path, "rb") as handle:
+                for number, raw in enumerate(handle, start=1):
+                    if not raw.strip():
+                        continue
+                    try:
+                        row = json.loads(raw)
+                    except ValueError:
+                        return f"line {number} of {path} is not JSON (JSON Lines: one object per line)"
+                    if not isinstance(row, dict):
+                        return f"line {number} of {path} is not a JSON object"
+                    names = list(row) if names is None else names
+                    if number >= 20:
+                        break
+            if names is None:
+                return f"{path} holds no rows"
+        else:  # .json: one array of objects, or datasets' {"data": [...]} layout; too varied to sniff cheaply
+            return None
+    except (OSError, UnicodeDecodeError) as exc:
+        return f"cannot read {path}: {exc}"
+    except Exception as exc:  # pyarrow's errors for a file that is not parquet
+        return f"cannot read {path}: {type(exc).__name__}: {str(exc)[:200]}"
+    missing = [c for c in columns if c not in names]
+    if missing:
+        return f"{path} has no `{missing[0]}` field (it has: {', '.join(map(str, names)) or 'none'})"
+    return None
 
 
 def reward_problems(data: dict[str, Any]) -> list[tuple[KeyPath, str]]:
@@ -256,7 +334,7 @@ def trl_problems(recipe: Recipe) -> list[tuple[KeyPath, str]]:
     import dataclasses
     import tempfile
 
-    from grpo_cli.grpo_args import grpo_config_kwargs
+    from grpo_cli.train.config import grpo_config_kwargs
 
     import torch
     from trl import GRPOConfig

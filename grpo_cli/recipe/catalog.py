@@ -8,8 +8,9 @@ from grpo_cli.errors import UserError
 
 
 def recipes_root() -> Path:
-    packaged = Path(__file__).parent / "recipes"
-    return packaged if packaged.is_dir() else Path(__file__).resolve().parent.parent / "recipes"
+    package = Path(__file__).resolve().parent.parent  # grpo_cli/
+    packaged = package / "recipes"  # where the wheel puts them
+    return packaged if packaged.is_dir() else package.parent / "recipes"
 
 
 def shipped_recipes() -> dict[str, Path]:

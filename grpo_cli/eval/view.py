@@ -5,10 +5,11 @@ from __future__ import annotations
 from typing import Any
 
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+from rich.progress import Progress
 from rich.table import Table
 
-from grpo_cli.evaluate import FILTERS
+from grpo_cli.eval.evaluate import FILTERS
+from grpo_cli.progress import progress_bar
 
 
 class EvalDisplay:
@@ -26,10 +27,7 @@ class EvalDisplay:
         if done:
             self.console.print(f"{label}: continuing, {len(done)} of {total} problems already scored")
         if self.console.is_terminal:
-            self.progress = Progress(
-                TextColumn(f"[bold]{label}"), MofNCompleteColumn(), BarColumn(), TimeElapsedColumn(),
-                TextColumn("eta"), TimeRemainingColumn(), TextColumn("{task.fields[stats]}"), console=self.console,
-            )
+            self.progress = progress_bar(self.console, label)
             self.task = self.progress.add_task(label, total=total, completed=self.scored, stats="generating...")
             self.progress.start()
 

@@ -13,7 +13,7 @@ import json
 import tempfile
 from pathlib import Path
 
-from grpo_cli.recipe import Recipe
+from grpo_cli.recipe.schema import Recipe
 
 PROMPT = "Ava has 5 apples and buys 7 more. How many apples does Ava have now?"
 
@@ -118,7 +118,7 @@ def measure_peak(recipe: Recipe, phases: dict | None = None) -> tuple[float, Rec
     import torch
 
     from grpo_cli import models
-    from grpo_cli.trainer import build_trainer
+    from grpo_cli.train.trainer import build_trainer
 
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)

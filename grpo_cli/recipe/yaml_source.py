@@ -11,6 +11,11 @@ from grpo_cli.errors import Problem, UserError
 
 KeyPath = tuple[str | int, ...]
 COMMAND_LINE = "command line"
+# A recipe is a few kilobytes. These bounds refuse hostile files (a huge file, an alias bomb that expands a few
+# hundred bytes into billions of nodes, nesting that exhausts the parser's recursion) before they cost memory.
+MAX_RECIPE_BYTES = 1 << 20
+MAX_NODES = 100_000
+MAX_DEPTH = 64
 
 
 def format_path(path: KeyPath) -> str:
@@ -24,20 +29,19 @@ def format_path(path: KeyPath) -> str:
 def read_yaml(file: Path) -> tuple[dict[str, Any], dict[KeyPath, int]]:
     """Parse a recipe with `yaml.safe_load` semantics; also return the 1-based line of every key path."""
     source = str(file)
+    text = _read_text(file, source)
     try:
-        text = file.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise UserError(f"recipe file not found: {file}", source=None) from None
-    except (IsADirectoryError, PermissionError, UnicodeDecodeError) as exc:
-        raise UserError(f"cannot read recipe: {exc}", source=source) from None
-    try:
+        _check_nesting(text, source)  # before composing: PyYAML's composer recurses once per level
         node = yaml.compose(text, Loader=yaml.SafeLoader)
-        data = yaml.safe_load(text)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         line = mark.line + 1 if mark is not None else None
         reason = getattr(exc, "problem", None) or str(exc)
         raise UserError([Problem(f"YAML syntax error: {reason}", line=line, source=source)]) from None
+    except RecursionError:
+        raise UserError([Problem(f"nested too deeply to be a recipe (over {MAX_DEPTH} levels)", source=source)]) from None
+    _check_size(node, source)  # the composed graph shares aliased nodes; expanding it is what must stay bounded
+    data = _construct(node)
     if data is None:
         raise UserError([Problem("the recipe is empty; start from `grpo recipes cp demo my.yaml`", source=source)])
     if not isinstance(data, dict):
@@ -49,6 +53,90 @@ def read_yaml(file: Path) -> tuple[dict[str, Any], dict[KeyPath, int]]:
     if duplicates:
         raise UserError(duplicates)
     return data, lines
+
+
+def _construct(node: yaml.Node | None) -> Any:
+    """Python objects from the already composed (and size-checked) node graph, with safe_load's constructors."""
+    if node is None:
+        return None
+    loader = yaml.SafeLoader("")
+    try:
+        return loader.construct_document(node)
+    finally:
+        loader.dispose()
+
+
+def _read_text(file: Path, source: str) -> str:
+    """The recipe as text: a bounded read, and a clear line for binary or non-UTF-8 content."""
+    try:
+        with open(file, "rb") as handle:
+            raw = handle.read(MAX_RECIPE_BYTES + 1)
+    except FileNotFoundError:
+        raise UserError(f"recipe file not found: {file}", source=None) from None
+    except (IsADirectoryError, PermissionError, OSError) as exc:
+        raise UserError(f"cannot read recipe: {exc.strerror or exc}", source=source) from None
+    if len(raw) > MAX_RECIPE_BYTES:
+        raise UserError([Problem(f"{file.stat().st_size:,} bytes is not a recipe (recipes are a few KB; the limit is "
+                                 f"{MAX_RECIPE_BYTES:,}); did you pass a data or model file?", source=source)])
+    if b"\0" in raw:
+        line = raw.count(b"\n", 0, raw.index(b"\0")) + 1
+        raise UserError([Problem("binary content (a NUL byte), not a YAML recipe", line=line, source=source)])
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = raw.count(b"\n", 0, exc.start) + 1
+        raise UserError([Problem(f"byte 0x{raw[exc.start]:02x} is not UTF-8; save the recipe as UTF-8", line=line,
+                                 source=source)]) from None
+
+
+_OPEN = (yaml.FlowSequenceStartToken, yaml.FlowMappingStartToken, yaml.BlockSequenceStartToken,
+         yaml.BlockMappingStartToken)
+_CLOSE = (yaml.FlowSequenceEndToken, yaml.FlowMappingEndToken, yaml.BlockEndToken)
+
+
+def _check_nesting(text: str, source: str) -> None:
+    """Refuse nesting deeper than MAX_DEPTH from the token stream (the scanner does not recurse), stopping early."""
+    depth = 0
+    for token in yaml.scan(text, Loader=yaml.SafeLoader):
+        if isinstance(token, _OPEN):
+            depth += 1
+            if depth > MAX_DEPTH:
+                raise UserError([Problem(f"nested too deeply to be a recipe (over {MAX_DEPTH} levels)",
+                                         line=token.start_mark.line + 1, source=source)])
+        elif isinstance(token, _CLOSE):
+            depth -= 1
+
+
+def _check_size(root: yaml.Node | None, source: str) -> None:
+    """Refuse alias bombs, recursive aliases and deep nesting by walking the node graph with a budget.
+
+    The walk counts nodes as the expanded document would hold them, without building it; it stops at the budget.
+    """
+    if root is None:
+        return
+    count = 0
+    stack: list[tuple[yaml.Node, int, frozenset[int]]] = [(root, 1, frozenset())]
+    while stack:
+        node, depth, ancestors = stack.pop()
+        count += 1
+        line = node.start_mark.line + 1
+        if count > MAX_NODES:
+            raise UserError([Problem(f"expands to over {MAX_NODES:,} values (aliases repeating aliases?); "
+                                     "a recipe is a few dozen", line=line, source=source)])
+        if depth > MAX_DEPTH:
+            raise UserError([Problem(f"nested too deeply to be a recipe (over {MAX_DEPTH} levels)", line=line,
+                                     source=source)])
+        if id(node) in ancestors:
+            raise UserError([Problem("an alias refers to a node that contains it (a recursive alias)", line=line,
+                                     source=source)])
+        if isinstance(node, yaml.MappingNode):
+            children = [n for pair in node.value for n in pair]
+        elif isinstance(node, yaml.SequenceNode):
+            children = list(node.value)
+        else:
+            continue
+        inner = ancestors | {id(node)}
+        stack.extend((child, depth + 1, inner) for child in children)
 
 
 def _collect_lines(node: yaml.Node, path: KeyPath, lines: dict, duplicates: list, source: str) -> None:

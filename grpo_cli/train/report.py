@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 
 from grpo_cli.errors import UserError
-from grpo_cli.run_dir import METRICS_FILE
+from grpo_cli.train.run_dir import METRICS_FILE
 
 REPORT_FILE = "report.png"
 

@@ -6,6 +6,7 @@ section against `GRPOConfig` itself.
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Any, Literal
 
@@ -32,10 +33,18 @@ DEFAULT_SYSTEM_PROMPT = (
 )
 
 
+def generation_batch(per_device_batch: int, processes: int, steps_per_generation: int) -> int:
+    """TRL's generation batch in completions: per-device batch x processes x steps_per_generation.
+
+    It must hold whole groups (a multiple of num_generations); `per_device_train_batch_size` counts completions."""
+    return per_device_batch * processes * steps_per_generation
+
+
 class Section(BaseModel):
     """Every section rejects unknown keys: a typo must never be silently ignored."""
 
-    model_config = ConfigDict(extra="forbid", protected_namespaces=())
+    # allow_inf_nan=False: `.inf` or `.nan` is never a sensible learning rate, weight or temperature.
+    model_config = ConfigDict(extra="forbid", protected_namespaces=(), allow_inf_nan=False)
 
 
 class ArchitectureSection(Section):
@@ -274,10 +283,22 @@ class Recipe(Section):
 
     @property
     def generation_batch_size(self) -> int:
-        """Completions generated at once: TRL's per-device batch x processes x steps_per_generation."""
+        """Completions generated at once, over all processes."""
         if self.trl.get("generation_batch_size"):
             return int(self.trl["generation_batch_size"])
-        return self.training.per_device_train_batch_size * self.num_processes * self.steps_per_generation
+        return generation_batch(self.training.per_device_train_batch_size, self.num_processes, self.steps_per_generation)
+
+    @property
+    def generation_batch_per_process(self) -> int:
+        """Completions each process generates at once (its KV cache holds all of them)."""
+        return self.generation_batch_size // self.num_processes
+
+    def optimizer_steps(self, rows: int) -> int:
+        """Optimizer steps for `num_train_epochs` over `rows` prompts (max_steps = -1), as TRL counts them."""
+        prompts_per_generation = self.generation_batch_size // self.grpo.num_generations
+        generations = math.ceil(rows / prompts_per_generation)
+        micro_steps = generations * self.steps_per_generation * self.grpo.num_iterations
+        return math.ceil(micro_steps / self.training.gradient_accumulation_steps * self.training.num_train_epochs)
 
     @property
     def importance_sampling_level(self) -> str:

@@ -29,8 +29,8 @@ from grpo_cli.answers import (
 )
 from grpo_cli.data import GENERATED, build_prompt, load_rows
 from grpo_cli.errors import UserError
-from grpo_cli.recipe import EvalSection, Recipe
-from grpo_cli.stats import paired_difference, wilson_interval
+from grpo_cli.recipe.schema import EvalSection, Recipe
+from grpo_cli.eval.stats import paired_difference, wilson_interval
 
 PREDICTIONS = "predictions.jsonl"
 SUMMARY = "summary.json"
@@ -239,7 +239,7 @@ def settings_of(recipe: Recipe, target: Target) -> dict[str, Any]:
 def evaluate(recipe: Recipe, target: Target, output: Path, display=None) -> EvalResult:
     """Score every problem of the split (up to eval.limit) that `output` does not hold yet."""
     ev = recipe.eval
-    from grpo_cli.trainer import quiet_libraries
+    from grpo_cli.quiet import quiet_libraries
 
     quiet_libraries()  # dataset-loading bars and hub retry warnings would sit above our own progress
     problems = load_problems(ev)
@@ -286,11 +286,11 @@ def _generator(recipe: Recipe, target: Target, budget: int):
     """vLLM when installed on CUDA (not for bitsandbytes-quantized models), else transformers' generate."""
     import torch
 
-    from grpo_cli.generation import (
+    from grpo_cli.eval.generation import (
         ContinuousGenerator, HFGenerator, VLLMGenerator, supports_continuous_batching, vllm_available,
     )
     from grpo_cli.models import load_model, load_tokenizer, resolve_model_path
-    from grpo_cli.trainer import quiet_libraries
+    from grpo_cli.quiet import quiet_libraries
 
     quiet_libraries()
     tokenizer = load_tokenizer(recipe)
@@ -329,10 +329,11 @@ def _slug(name: str) -> str:
 
 def run_target(run_dir: Path, recipe: Recipe) -> Target:
     """The trained model of a finished run: its LoRA adapter on the recipe's base, or its full weights."""
-    from grpo_cli.run_dir import FINAL_DIR
+    from grpo_cli.models import is_lora_adapter
+    from grpo_cli.train.run_dir import FINAL_DIR
 
     final = run_dir / FINAL_DIR
-    if (final / "adapter_config.json").exists():
+    if is_lora_adapter(final):
         return Target("trained", recipe.model.name, str(final))
     if (final / "config.json").exists():
         return Target("trained", str(final))

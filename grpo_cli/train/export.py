@@ -5,28 +5,22 @@ from __future__ import annotations
 from pathlib import Path
 
 from grpo_cli.errors import UserError
-from grpo_cli.run_dir import FINAL_DIR, RECIPE_FILE
+from grpo_cli.train.run_dir import FINAL_DIR, RECIPE_FILE
 
 
 def merge_lora_run(run_dir: Path, output: Path) -> Path:
-    import torch
     from peft import PeftModel
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from grpo_cli.models import resolve_model_path
-    from grpo_cli.validation import load_recipe
+    from grpo_cli.models import is_lora_adapter, pretrained_kwargs, resolve_model_path
+    from grpo_cli.recipe.validation import load_recipe
 
     adapter = run_dir / FINAL_DIR
-    if not (adapter / "adapter_config.json").exists():
+    if not is_lora_adapter(adapter):
         raise UserError(f"{adapter} holds no LoRA adapter: only finished LoRA/QLoRA runs can be merged")
     recipe = load_recipe(run_dir / RECIPE_FILE, check_trl=False)
     # QLoRA trained against a quantized base; the merged model is written in the unquantized compute dtype.
-    base = AutoModelForCausalLM.from_pretrained(
-        resolve_model_path(recipe.model.name),
-        dtype=getattr(torch, recipe.model.dtype),
-        revision=recipe.model.revision,
-        trust_remote_code=recipe.model.trust_remote_code,
-    )
+    base = AutoModelForCausalLM.from_pretrained(resolve_model_path(recipe.model.name), **pretrained_kwargs(recipe))
     merged = PeftModel.from_pretrained(base, str(adapter)).merge_and_unload()
     merged.save_pretrained(output)
     AutoTokenizer.from_pretrained(str(adapter)).save_pretrained(output)

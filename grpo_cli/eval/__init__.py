@@ -1,0 +1,1 @@
+"""`grpo eval`: GSM8K evaluation: generation, answer scoring, statistics, rendering."""

@@ -1,0 +1,1 @@
+"""`grpo plan`: the memory model, architectures, the GPU table, the measurement harness, rendering."""

@@ -1,0 +1,1 @@
+"""The recipe: its schema, YAML with line numbers, overrides, validation, and the shipped recipes."""

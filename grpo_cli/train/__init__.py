@@ -1,0 +1,1 @@
+"""Training: recipe -> GRPOConfig + GRPOTrainer, callbacks, the run directory, distributed launch, export, report."""

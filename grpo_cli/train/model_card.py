@@ -1,0 +1,161 @@
+"""The run directory's README.md: a model card written from what the run holds (recipe, metrics, evaluations).
+
+It replaces the stock card TRL and PEFT write (which name no base model), after training and after each
+`grpo eval` of the run, so it always says what the directory really holds.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from grpo_cli.recipe.schema import Recipe
+from grpo_cli.train.run_dir import FINAL_DIR, METRICS_FILE
+
+CARD_FILE = "README.md"
+
+
+def write_model_card(run_dir: Path, recipe: Recipe) -> Path:
+    """Write RUN/README.md (and final/README.md when the run finished) and return the first path."""
+    text = render_card(run_dir, recipe)
+    path = run_dir / CARD_FILE
+    path.write_text(text, encoding="utf-8")
+    if (run_dir / FINAL_DIR).is_dir():
+        (run_dir / FINAL_DIR / CARD_FILE).write_text(text, encoding="utf-8")
+    return path
+
+
+def render_card(run_dir: Path, recipe: Recipe) -> str:
+    metrics = _read_jsonl(run_dir / METRICS_FILE)
+    finished = (run_dir / FINAL_DIR).is_dir()
+    lines = [
+        "---",
+        f"base_model: {recipe.model.name}",
+        *([] if recipe.lora is None else ["library_name: peft"]),
+        "tags: [grpo, trl, grpo-cli]",
+        "---",
+        "",
+        f"# {recipe.run_name}",
+        "",
+        f"{_method(recipe)} of `{recipe.model.name}` with GRPO ({recipe.grpo.loss_type} loss), "
+        f"{'finished' if finished else 'not finished'} after {metrics[-1]['step'] if metrics else 0} steps.",
+        "",
+        "## Training",
+        "",
+        "| setting | value |",
+        "|---|---|",
+        f"| base model | `{recipe.model.name}` ({recipe.model.dtype}) |",
+        f"| method | {_method(recipe)} |",
+        f"| dataset | {_dataset(recipe)} |",
+        f"| system prompt | {_cell(recipe.data.system_prompt or '(none)')} |",
+        f"| rewards (weight) | {', '.join(_reward(spec) for spec in recipe.rewards)} |",
+        f"| loss type | {recipe.grpo.loss_type}, beta {recipe.grpo.beta:g} |",
+        f"| generations per prompt | {recipe.grpo.num_generations}, up to {recipe.grpo.max_completion_length} tokens "
+        f"each, temperature {recipe.grpo.temperature:g} |",
+        f"| optimisation | learning rate {recipe.training.learning_rate:g} ({recipe.training.lr_scheduler_type}), "
+        f"{recipe.training.per_device_train_batch_size} completions per micro-batch x "
+        f"{recipe.training.gradient_accumulation_steps} accumulation x {recipe.num_processes} process(es), "
+        f"{recipe.training.optim} |",
+    ]
+    if metrics:
+        lines += ["", "## Metrics (first and last logged step)", "", "| metric | first | last |", "|---|---|---|"]
+        first, last = metrics[0], metrics[-1]
+        keys = ["reward"] + sorted(k for k in last if k.startswith("rewards/") and k.endswith("/mean"))
+        keys += ["kl", "completions/mean_length", "completions/clipped_ratio", "step_time_s"]
+        lines += [f"| {key} | {_number(first.get(key))} | {_number(last.get(key))} |" for key in keys if key in last]
+    lines += _evaluations(run_dir)
+    lines += [
+        "",
+        "## Reproduce",
+        "",
+        "```bash",
+        f"grpo train {run_dir}/recipe.yaml training.output_dir={run_dir}-again   # the resolved recipe of this run",
+        "```",
+        "",
+        "## Load",
+        "",
+        "```python",
+        *_load_snippet(run_dir, recipe),
+        "```",
+        "",
+    ]
+    return "\n".join(lines)
+
+
+def _method(recipe: Recipe) -> str:
+    if recipe.lora is None:
+        return "Full fine-tuning"
+    lora = f"LoRA r={recipe.lora.r}, alpha={recipe.lora.alpha} on {', '.join(recipe.lora.target_modules)}"
+    if recipe.quantization is not None:
+        return f"QLoRA ({recipe.quantization.bits}-bit {recipe.quantization.quant_type} base), {lora}"
+    return lora
+
+
+def _dataset(recipe: Recipe) -> str:
+    data = recipe.data
+    parts = [f"`{data.source}`"] + ([f"config `{data.config}`"] if data.config else []) + [f"split `{data.split}`"]
+    if data.limit:
+        parts.append(f"first {data.limit} rows")
+    return ", ".join(parts) + f"; answers marked with {'`####`' if data.answer_marker == 'hashes' else '`<answer>`'}"
+
+
+def _reward(spec) -> str:
+    kwargs = f" {json.dumps(spec.kwargs)}" if spec.kwargs else ""
+    return f"`{spec.name}`{kwargs} ({spec.weight:g})"
+
+
+def _evaluations(run_dir: Path) -> list[str]:
+    """GSM8K results of `grpo eval --run/--compare` on this run, one row per evaluated model and data set."""
+    rows = []
+    found = sorted((run_dir / "eval").glob("*/*/summary.json"))
+    for comparison in sorted((run_dir / "eval").glob("*/comparison.json")):  # a reused base lives elsewhere
+        base = Path(json.loads(comparison.read_text(encoding="utf-8"))["base"]) / "summary.json"
+        if base.is_file() and base.resolve() not in {f.resolve() for f in found}:
+            found.append(base)
+    for summary_file in found:
+        summary = json.loads(summary_file.read_text(encoding="utf-8"))
+        filters = summary["filters"]
+        data = Path(summary["data"]["source"]).stem if Path(summary["data"]["source"]).suffix else summary["data"]["split"]
+        rows.append(f"| {summary['protocol']}, {data} | {summary['target']} | {summary['problems']} | "
+                    + " | ".join(f"{100 * filters[name]['accuracy']:.1f}% ({100 * filters[name]['ci95'][0]:.1f}-"
+                                 f"{100 * filters[name]['ci95'][1]:.1f})" for name in ("strict-match", "flexible-extract"))
+                    + f" | {100 * summary['format_rate']:.1f}% |")
+    if not rows:
+        return ["", "## Evaluation", "", f"Not evaluated yet: `grpo eval --compare {run_dir}`."]
+    return ["", "## Evaluation (GSM8K, greedy; Wilson 95% intervals)", "",
+            "| protocol-data | model | problems | strict-match | flexible-extract | format rate |",
+            "|---|---|---|---|---|---|", *rows]
+
+
+def _load_snippet(run_dir: Path, recipe: Recipe) -> list[str]:
+    final = run_dir / FINAL_DIR
+    if recipe.lora is None:
+        return ["from transformers import AutoModelForCausalLM, AutoTokenizer", "",
+                f'model = AutoModelForCausalLM.from_pretrained("{final}", dtype="auto")',
+                f'tokenizer = AutoTokenizer.from_pretrained("{final}")']
+    base = recipe.model.name
+    if base.startswith("pkg:") or base.endswith(".gguf"):
+        return [f"# The base is a .gguf file: merge once with `grpo export {run_dir} --merge merged/{recipe.run_name}`,",
+                "# then load that plain directory:",
+                "from transformers import AutoModelForCausalLM, AutoTokenizer", "",
+                f'model = AutoModelForCausalLM.from_pretrained("merged/{recipe.run_name}", dtype="auto")',
+                f'tokenizer = AutoTokenizer.from_pretrained("merged/{recipe.run_name}")']
+    return ["from peft import PeftModel", "from transformers import AutoModelForCausalLM, AutoTokenizer", "",
+            f'base = AutoModelForCausalLM.from_pretrained("{base}", dtype="auto")',
+            f'model = PeftModel.from_pretrained(base, "{final}")',
+            f'tokenizer = AutoTokenizer.from_pretrained("{final}")']
+
+
+def _read_jsonl(path: Path) -> list[dict[str, Any]]:
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+
+
+def _number(value: Any) -> str:
+    return "-" if value is None else f"{value:.4g}" if isinstance(value, float) else str(value)
+
+
+def _cell(text: str) -> str:
+    return text.replace("|", "\\|").replace("\n", "<br>")

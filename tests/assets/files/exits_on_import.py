@@ -1,0 +1,3 @@
+import sys
+
+sys.exit(0)  # a script, not a module of reward functions
