@@ -16,7 +16,7 @@ from grpo_cli.errors import UserError
 app = typer.Typer(
     help="Fine-tune language models with GRPO from YAML recipes: plan memory, train with TRL, evaluate.",
     no_args_is_help=True,
-    add_completion=False,
+    add_completion=True,  # grpo --install-completion / --show-completion
     rich_markup_mode="markdown",
     pretty_exceptions_enable=False,
 )
@@ -54,6 +54,9 @@ def main(
     ] = None,
 ) -> None:
     """Fine-tune language models with GRPO from YAML recipes."""
+    from grpo_cli.quiet import silence_import_notes
+
+    silence_import_notes()
 
 
 @app.command(

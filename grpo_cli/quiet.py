@@ -3,9 +3,18 @@
 from __future__ import annotations
 
 
+def silence_import_notes() -> None:
+    """Before any library is imported: notes they log at import time, about optional speed-ups that are absent.
+
+    bitsandbytes logs a warning on AVX512-BF16 CPUs when its optional hub kernel is missing (it falls back itself);
+    the level must be set before its first import, which trl and peft trigger."""
+    import logging
+
+    logging.getLogger("bitsandbytes").setLevel(logging.ERROR)
+
+
 def quiet_libraries() -> None:
     """Library progress bars and deprecation chatter drown the run's own output; errors still show."""
-    import logging
     import warnings
 
     import datasets
@@ -18,5 +27,4 @@ def quiet_libraries() -> None:
     transformers.utils.logging.set_verbosity_error()
     warnings.filterwarnings("ignore", category=FutureWarning)
     warnings.filterwarnings("ignore", message=".*pin_memory.*")
-    # bitsandbytes warns on import on AVX512-BF16 CPUs that its optional hub kernel is absent; it falls back itself.
-    logging.getLogger("bitsandbytes").setLevel(logging.ERROR)
+    silence_import_notes()

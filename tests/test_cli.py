@@ -87,6 +87,16 @@ def test_version_and_help_examples():
         assert "Examples" in help_text, command
 
 
+def test_shell_completion_is_offered():
+    """Typer's --install-completion / --show-completion (what the README tells users to run)."""
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-m", "grpo_cli", "--show-completion", "bash"], capture_output=True,
+                          text=True, timeout=60)
+    assert done.returncode == 0 and "_grpo_completion" in done.stdout, done.stderr
+
+
 def test_missing_recipe_file(tmp_path):
     result = runner.invoke(app, ["validate", str(tmp_path / "none.yaml")])
     assert result.exit_code == 2 and "recipe file not found" in result.output and "Traceback" not in result.output
