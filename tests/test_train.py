@@ -181,3 +181,19 @@ def test_report_writes_png_and_export_merges(tmp_path, tiny_llama):
     assert set(merged) == set(base) and changed(base, merged)
     again = runner.invoke(app, ["export", str(result.run_dir), "--merge", str(merged_dir)])
     assert again.exit_code == 2
+
+
+def test_demo_console_starts_with_our_line_and_shows_no_library_warning(tmp_path):
+    """A one-step run of the shipped demo, as a user starts it: the first line is ours, no library chatter."""
+    from conftest import ROOT
+
+    done = subprocess.run(_cli("train", str(ROOT / "recipes" / "demo.yaml"), "training.max_steps=1",
+                               f"training.output_dir={tmp_path / 'demo'}"),
+                          capture_output=True, text=True, timeout=900, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]
+    lines = [line for line in done.stderr.splitlines() if line.strip()]
+    assert lines[0].startswith("grpo train demo: lora on"), lines[:3]
+    noisy = [line for line in lines if any(w in line.lower() for w in ("warning", "warn(", "deprecat", "failed to load",
+                                                                       "traceback", "it/s]"))]
+    assert not noisy, noisy
+    assert (tmp_path / "demo" / "final" / "adapter_model.safetensors").exists()
