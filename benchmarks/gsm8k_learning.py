@@ -81,8 +81,8 @@ def main() -> None:
         sys.exit(f"{args.workdir} exists; give a fresh --workdir (a reused one would resume, not rerun)")
     grpo = shutil.which("grpo") or sys.exit("install the package first (README)")
     run_dir = args.workdir / "run"
-    train_s = run(([grpo, "train", str(RECIPE), f"data.source={DATA / 'train.jsonl'}",
-                    f"training.output_dir={run_dir}", *args.overrides]))
+    train_s = run([grpo, "train", str(RECIPE), f"data.source={DATA / 'train.jsonl'}",
+                   f"training.output_dir={run_dir}", *args.overrides])
     root = args.workdir / "compare"
     command = [grpo, "eval", "--compare", str(run_dir), "--data", str(DATA / "test.jsonl"), "--output", str(root),
                "--max-new-tokens", str(args.max_new_tokens)]

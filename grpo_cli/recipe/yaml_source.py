@@ -100,7 +100,7 @@ def _check_nesting(text: str, source: str) -> None:
     for token in yaml.scan(text, Loader=yaml.SafeLoader):
         if isinstance(token, _OPEN):
             depth += 1
-            if depth > MAX_DEPTH:
+            if depth > MAX_DEPTH:  # aliases can nest deeper than the text does, so _check_nesting alone is not enough
                 raise UserError([Problem(f"nested too deeply to be a recipe (over {MAX_DEPTH} levels)",
                                          line=token.start_mark.line + 1, source=source)])
         elif isinstance(token, _CLOSE):

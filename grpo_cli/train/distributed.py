@@ -115,17 +115,15 @@ def launch(recipe: Recipe, resume: bool, echo=print) -> int:
     every rank on that recipe (so no rank reads the user's YAML or re-applies overrides)."""
     import torch
 
-    from grpo_cli.train.run_dir import prepare_run_dir
+    from grpo_cli.train.run_dir import prepare_run_dir, write_resolved_recipe
     from grpo_cli.train.runtime import check_runtime
 
     check_runtime(recipe)
     check_engine(recipe)
     prepare_run_dir(recipe, resume)
     config = write_accelerate_config(recipe, recipe.output_dir, on_cpu=not torch.cuda.is_available())
-    resolved = recipe.model_dump(mode="json")
-    resolved["name"], resolved["training"]["output_dir"] = recipe.run_name, str(recipe.output_dir)
     rank_recipe = recipe.output_dir / RANK_RECIPE_FILE
-    rank_recipe.write_text(yaml.safe_dump(resolved, sort_keys=False, allow_unicode=True), encoding="utf-8")
+    write_resolved_recipe(recipe, rank_recipe)
     echo(f"launching {recipe.num_processes} processes ({recipe.distributed.strategy}) with accelerate: {config}")
     return relaunch(config, [str(rank_recipe), *(["--resume"] if resume else [])])
 

@@ -42,9 +42,14 @@ def prepare_run_dir(recipe: Recipe, resume: bool) -> Path | None:
             path="training.output_dir",
         )
     run_dir.mkdir(parents=True, exist_ok=True)
-    # Name and output_dir are written out so the saved recipe reloads as the same run from anywhere.
+    write_resolved_recipe(recipe, run_dir / RECIPE_FILE)
+    return None
+
+
+def write_resolved_recipe(recipe: Recipe, path: Path) -> None:
+    """The recipe with every default and override filled in; name and output_dir are written out so it reloads
+    as the same run from anywhere."""
     resolved = recipe.model_dump(mode="json")
     resolved["name"] = recipe.run_name
-    resolved["training"]["output_dir"] = str(run_dir)
-    (run_dir / RECIPE_FILE).write_text(yaml.safe_dump(resolved, sort_keys=False, allow_unicode=True), encoding="utf-8")
-    return None
+    resolved["training"]["output_dir"] = str(recipe.output_dir)
+    path.write_text(yaml.safe_dump(resolved, sort_keys=False, allow_unicode=True), encoding="utf-8")
