@@ -14,6 +14,7 @@ export GRPO_CACHE="$work/cache"  # the first-time .gguf conversion counts too
 command=$(awk '/^```bash$/{getline; print; exit}' README.md)
 echo "README command 1: $command"
 start=$(date +%s.%N)
+: > "$work/out.log"
 setsid bash -c "$command" > "$work/out.log" 2>&1 &
 pid=$!
 first_step=""
