@@ -82,6 +82,12 @@ def build_prompt(question: str, system_prompt: str | None, chat: bool) -> Any:
     return f"{system_prompt}\n\n{question}\n" if system_prompt else f"{question}\n"
 
 
+def solution_steps(answer: str) -> int:
+    """Lines of working before GSM8K's `#### N` line: a proxy for how hard the problem is."""
+    working = answer.split("####", 1)[0].strip()
+    return len(working.splitlines()) if working else 0
+
+
 def gold_answer(raw: Any, answer_format: str) -> str:
     text = str(raw)
     return gsm8k_gold(text) if answer_format == "gsm8k" else normalize_number(text)
@@ -95,7 +101,7 @@ class PreparedData:
 
 
 def prepare(data: DataSection, tokenizer=None, seed: int = 0) -> PreparedData:
-    """Rows -> {prompt, answer, question}; shuffle, limit, then drop prompts over max_prompt_length tokens."""
+    """Rows -> {prompt, answer, question}; shuffle, limit, keep short solutions, drop prompts over max_prompt_length."""
     rows = load_rows(data.source, data.config, data.split, data.limit, seed)
     missing = [c for c in (data.prompt_column, data.answer_column) if c and c not in rows.column_names]
     if missing:
@@ -105,6 +111,13 @@ def prepare(data: DataSection, tokenizer=None, seed: int = 0) -> PreparedData:
         rows = rows.shuffle(seed=data.shuffle_seed)
     if data.limit is not None and len(rows) > data.limit:
         rows = rows.select(range(data.limit))
+    if data.max_solution_steps is not None:
+        if not data.answer_column or data.answer_format != "gsm8k":
+            raise UserError("counts the working lines of GSM8K-format answers; it needs data.answer_format: gsm8k "
+                            "and an answer column", path="data.max_solution_steps")
+        rows = rows.filter(lambda row: solution_steps(str(row[data.answer_column])) <= data.max_solution_steps)
+        if len(rows) == 0:
+            raise UserError("no problem has a solution this short; raise it", path="data.max_solution_steps")
 
     def to_example(row: dict[str, Any]) -> dict[str, Any]:
         example = {"prompt": build_prompt(str(row[data.prompt_column]), data.system_prompt, data.chat),

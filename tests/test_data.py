@@ -85,3 +85,15 @@ def test_prepare_limit_and_shuffle():
     a = prepare(DataSection(source="generated", limit=20, shuffle_seed=1)).dataset
     b = prepare(DataSection(source="generated", limit=20, shuffle_seed=2)).dataset
     assert len(a) == 20 and a["question"] != b["question"]
+
+
+def test_prepare_keeps_short_solutions_after_the_limit(tmp_path):
+    rows = [{"question": f"q{i}", "answer": "step\n" * (1 + i % 3) + f"#### {i}"} for i in range(12)]
+    path = tmp_path / "train.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    kept = prepare(DataSection(source=str(path), limit=9, max_solution_steps=2, system_prompt=None)).dataset
+    assert kept["question"] == ["q0", "q1", "q3", "q4", "q6", "q7"]  # rows 9-11 stay out though they are short
+    no_short = tmp_path / "hard.jsonl"
+    no_short.write_text(json.dumps({"question": "q", "answer": "a\nb\nc\n#### 1"}) + "\n")
+    with pytest.raises(UserError, match="raise it"):
+        prepare(DataSection(source=str(no_short), max_solution_steps=2, system_prompt=None))

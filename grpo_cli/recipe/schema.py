@@ -124,6 +124,11 @@ class DataSection(Section):
     )
     limit: int | None = Field(None, ge=1, description="Use at most this many rows (for `generated`: how many to make).")
     shuffle_seed: int | None = Field(None, description="Shuffle rows with this seed before `limit` is applied.")
+    max_solution_steps: int | None = Field(
+        None, ge=1, description="Keep only problems whose reference solution has at most this many lines of working "
+        "before `####` (GSM8K writes one step per line): an easier curriculum for small models. Applied after `limit`, "
+        "so rows past the limit stay held out.",
+    )
 
 
 class RewardSpec(Section):
