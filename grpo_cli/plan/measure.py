@@ -114,7 +114,8 @@ def _mark_generation(trainer, tracker) -> None:
 def measure_peak(recipe: Recipe, phases: dict | None = None) -> tuple[float, Recipe]:
     """Bytes at the peak of two real training steps, and the exact recipe that ran.
 
-    `phases`, if given, receives the CPU peak of each phase (generation, training)."""
+    `phases`, if given, receives the CPU peak of each phase (generation, training), or on CUDA the peak
+    reserved by the caching allocator (`cuda_reserved`)."""
     import torch
 
     from grpo_cli import models
@@ -128,6 +129,8 @@ def measure_peak(recipe: Recipe, phases: dict | None = None) -> tuple[float, Rec
             trainer, _ = build_trainer(ran, work / "run")
             torch.cuda.reset_peak_memory_stats()
             trainer.train()
+            if phases is not None:  # what the caching allocator held: the part of nvidia-smi's figure torch sees
+                phases["cuda_reserved"] = torch.cuda.max_memory_reserved()
             return float(torch.cuda.max_memory_allocated()), ran
         trainer, _ = build_trainer(ran, work / "run")
         tracker = LiveTensorBytes()

@@ -1,0 +1,52 @@
+"""The GPU harness (benchmarks/gpu/harness.py) runs end to end on the CPU with tiny models, so it is ready before a
+GPU is lent: real calibration steps, a timed `grpo train` against plain TRL, a real train + eval."""
+
+from __future__ import annotations
+
+import csv
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "benchmarks" / "gpu"))
+
+
+def test_harness_on_cpu(tmp_path):
+    out = tmp_path / "out"
+    done = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "gpu" / "harness.py"), "--cpu", "--out", str(out),
+                           "--steps", "2", "--train-steps", "2"], capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    summary = json.loads((out / "summary.json").read_text())
+    parts = summary["parts"]
+    calibration = parts["calibration"]
+    assert calibration["configurations"] == 2 and not calibration["failed"], (out / "log.txt").read_text()[-3000:]
+    assert calibration["max_abs_error_pct"] < 25  # plan's CPU model on shapes it was not fitted on
+    rows = list(csv.DictReader((out / "calibration.csv").open()))
+    assert {r["config"] for r in rows} == {"tiny-llama-full", "tiny-qwen2-lora-beta"}
+    assert all(r["device"] == "cpu" and float(r["measured_gib"]) > 0 for r in rows)
+    overhead = parts["overhead"]
+    assert overhead["grpo_train"]["ok"] and overhead["plain_trl"]["ok"], (out / "log.txt").read_text()[-3000:]
+    assert overhead["step_time_grpo_over_plain"] > 0 and overhead["peak_grpo_over_plain"] > 0
+    assert "skipped" in parts["liger"] or parts["liger"]["on"]["ok"]
+    train_eval = parts["train_eval"]
+    assert train_eval["train_exit"] == 0 and train_eval["steps"] == 2 and train_eval["losses_finite"]
+    assert train_eval["weights_changed"]
+    assert train_eval["eval_exit"] == 0 and train_eval["eval"]["problems"] == 64
+    assert 0 <= train_eval["eval"]["flexible-extract"] <= 1
+    assert (out / "summary.md").read_text().startswith("# GPU harness")
+
+
+def test_merge_appends_device_rows_with_new_columns(tmp_path):
+    from harness import merge_calibration
+
+    target = tmp_path / "calibration.csv"
+    target.write_text("# regenerate: x\nconfig,device,measured_gib\na,cpu,1.0\n")
+    device = tmp_path / "device.csv"
+    device.write_text("config,device,measured_gib,measured_smi_gib\nb,cuda,2.0,2.5\n")
+    assert merge_calibration(device, target) == 1
+    lines = target.read_text().splitlines()
+    assert lines[0] == "# regenerate: x"
+    rows = list(csv.DictReader(lines[1:]))
+    assert [(r["config"], r["device"], r["measured_smi_gib"]) for r in rows] == [("a", "cpu", ""), ("b", "cuda", "2.5")]
