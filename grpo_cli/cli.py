@@ -154,6 +154,42 @@ def plan(
         print_plan(Console(soft_wrap=False), result, suggestions, gpu_label, command)
 
 
+@app.command(
+    epilog="**Examples**\n\n`grpo preflight recipes/demo.yaml`\n\n"
+    "`grpo preflight recipes/qwen2.5/0.5b_lora.yaml --gpu 24GB --json`",
+)
+def preflight(
+    recipe: RecipeArg,
+    overrides: OverridesArg = None,
+    steps: Annotated[int, typer.Option("--steps", min=2, help="Real training steps to measure (the last one "
+                                       "measures the peak).")] = 2,
+    prompts: Annotated[Optional[int], typer.Option("--prompts", min=1, help="Prompts to sample for the learning "
+                                                   "signal (default: 8 groups and 64 completions at least).")] = None,
+    gpu: Annotated[Optional[str], typer.Option("--gpu", help="GPU memory (16GB) or name for the fit verdict.")] = None,
+    hours: Annotated[float, typer.Option("--hours", min=0.01, help="Advise when the run would take longer.")] = 24.0,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the figures as JSON.")] = False,
+) -> None:
+    """Measure, in about a minute on this machine, whether the recipe fits, how long it takes, and whether it can learn."""
+    from rich.console import Console
+
+    from grpo_cli.plan.preflight import preflight_json, print_preflight, run_preflight
+    from grpo_cli.plan.signal import default_prompt_count
+    from grpo_cli.quiet import quiet_libraries
+    from grpo_cli.recipe.validation import load_recipe
+
+    console = Console(stderr=True)
+    with user_errors():
+        loaded = load_recipe(recipe, overrides)
+        quiet_libraries()
+        with console.status("sampling completions, then timing real training steps at full length..."):
+            result = run_preflight(loaded, steps, prompts or default_prompt_count(loaded), gpu, hours)
+    if as_json:
+        typer.echo(json.dumps(preflight_json(result), indent=2))
+    else:
+        command = " ".join(["grpo train", str(recipe), *(overrides or [])])
+        print_preflight(Console(soft_wrap=False), result, command)
+
+
 RunDirArg = Annotated[Path, typer.Argument(help="Run directory written by `grpo train`.", show_default=False)]
 
 

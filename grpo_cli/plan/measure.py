@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 
 from grpo_cli.recipe.schema import Recipe
@@ -141,3 +142,94 @@ def measure_peak(recipe: Recipe, phases: dict | None = None) -> tuple[float, Rec
         if phases is not None:
             phases.update(tracker.phase_peaks)
         return float(tracker.peak), ran
+
+
+@dataclass
+class StepMeasurement:
+    """What `grpo preflight` measures over a few real worst-case steps (full-length completions)."""
+
+    peak_bytes: float  # CUDA: max_memory_allocated; CPU: live tensor bytes during the last step
+    reserved_bytes: float | None  # CUDA: what the caching allocator held (nvidia-smi shows this + the context)
+    step_seconds: list[float]  # wall time of each untracked step
+    generation_seconds: list[float]  # the generation-and-scoring part of those steps
+    device: str
+    recipe: Recipe  # as it ran
+
+
+def measure_steps(recipe: Recipe, work: Path, steps: int = 2) -> StepMeasurement:
+    """`steps` real training steps of `recipe` at full completion length, timed; the last one measures the peak.
+
+    On the CPU the live-tensor tracker slows every op, so earlier steps are timed without it and only the last
+    step is tracked (its optimizer states exist by then, so its peak is the run's); on CUDA the allocator's own
+    counters cost nothing and every step is timed."""
+    import time
+
+    import torch
+    from transformers import TrainerCallback
+
+    from grpo_cli import models
+    from grpo_cli.train.trainer import build_trainer
+    from rewards import resolve_reward
+
+    cuda = torch.cuda.is_available()
+    tokenizer = models.load_tokenizer(recipe)
+    ran = calibration_recipe(recipe, tokenizer, work)
+    ran = ran.model_copy(update={"training": ran.training.model_copy(update={"max_steps": max(2, steps)})})
+    trainer, _ = build_trainer(ran, work / "run", reward_funcs=[_tolerant(resolve_reward(spec.name, spec.kwargs))
+                                                               for spec in ran.rewards])
+    tracker = None if cuda else LiveTensorBytes()
+    last_step = ran.training.max_steps
+    step_seconds: list[float] = []
+    generation_seconds: list[float] = []
+    clock = {"step": 0.0, "generation": 0.0}
+
+    original = trainer._generate_and_score_completions
+
+    def timed_generation(*args, **kwargs):
+        started = time.perf_counter()
+        try:
+            return original(*args, **kwargs)
+        finally:
+            clock["generation"] += time.perf_counter() - started
+
+    trainer._generate_and_score_completions = timed_generation
+
+    class StepClock(TrainerCallback):
+        def on_step_begin(self, args, state, control, **kwargs):
+            if tracker is not None and state.global_step + 1 == last_step:
+                optimizer_state = [t for s in trainer.optimizer.state.values() for t in s.values()
+                                   if isinstance(t, torch.Tensor)]
+                tracker.add_existing([*trainer.model.parameters(), *trainer.model.buffers(), *optimizer_state])
+                tracker.__enter__()
+            clock.update(step=time.perf_counter(), generation=0.0)
+
+        def on_step_end(self, args, state, control, **kwargs):
+            if tracker is not None and state.global_step == last_step:
+                tracker.__exit__(None, None, None)
+                return
+            step_seconds.append(time.perf_counter() - clock["step"])
+            generation_seconds.append(clock["generation"])
+
+    trainer.add_callback(StepClock())
+    if cuda:
+        torch.cuda.reset_peak_memory_stats()
+    trainer.train()
+    if cuda:
+        peak, reserved = float(torch.cuda.max_memory_allocated()), float(torch.cuda.max_memory_reserved())
+    else:
+        peak, reserved = float(tracker.peak), None
+    return StepMeasurement(peak, reserved, step_seconds, generation_seconds, "cuda" if cuda else "cpu", ran)
+
+
+def _tolerant(func):
+    """The reward as TRL calls it, with an exception turned into missing values: preflight reports failures from
+    its sampling, and its timing steps must not stop on them."""
+
+    def call(*args, **kwargs):
+        try:
+            return func(*args, **kwargs)
+        except Exception:
+            return [None] * len(kwargs.get("completions") or [])
+
+    call.__name__ = getattr(func, "__name__", type(func).__name__)
+    return call

@@ -1,0 +1,160 @@
+"""Learning signal before training: sample groups from the model as it starts and score them with the recipe's rewards.
+
+GRPO learns only from groups whose rewards differ: a group where every completion scored the same has zero advantage
+(TRL's `frac_reward_zero_std`). This measures that share, each reward's spread and failures, and truncation, on a
+few prompts of the recipe's own data, with its own sampling settings.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+import time
+from dataclasses import dataclass, field
+
+from grpo_cli.recipe.schema import Recipe
+
+# A group whose weighted total reward has a standard deviation at or below this carries no signal. TRL tests
+# exact zero (torch.isclose); rewards such as length penalties differ by tiny amounts that teach nothing.
+ZERO_STD_TOLERANCE = 1e-3
+
+
+@dataclass
+class RewardStats:
+    name: str
+    weight: float
+    mean: float | None
+    std: float | None
+    min: float | None
+    max: float | None
+    failed: int  # completions it raised on or returned None for
+    error: str | None = None  # the first exception, as "Type: message"
+
+    @property
+    def constant(self) -> bool:
+        return self.min is not None and self.min == self.max
+
+
+@dataclass
+class Signal:
+    prompts: int
+    completions: int
+    zero_variance_share: float
+    truncated_share: float
+    mean_completion_tokens: float
+    # Mean over generation batches of the longest completion / the budget: generation runs until the longest ends.
+    batch_length_share: float
+    tokens_per_second: float
+    rewards: list[RewardStats] = field(default_factory=list)
+    dataset_rows: int = 0
+
+
+def _std(values: list[float]) -> float:
+    return statistics.pstdev(values) if len(values) > 1 else 0.0
+
+
+def score(funcs: list, prompts: list, completions: list, completion_ids: list, columns: dict) -> tuple:
+    """Each reward over the completions, as TRL calls it; a function that raises is retried one completion at a
+    time, so one bad completion costs one value (None), not the batch."""
+    values: list[list[float | None]] = []
+    errors: list[str | None] = []
+    for func in funcs:
+        error = None
+        try:
+            out = list(func(prompts=prompts, completions=completions, completion_ids=completion_ids, **columns))
+        except Exception:  # the user's code: find which completions it fails on
+            out = []
+            for i in range(len(completions)):
+                one = {k: [v[i]] for k, v in columns.items()}
+                try:
+                    out.extend(func(prompts=[prompts[i]], completions=[completions[i]],
+                                    completion_ids=[completion_ids[i]], **one))
+                except Exception as exc:
+                    error = error or f"{type(exc).__name__}: {str(exc)[:200]}"
+                    out.append(None)
+        values.append([None if v is None or not math.isfinite(float(v)) else float(v) for v in out])
+        errors.append(error)
+    return values, errors
+
+
+def measure_signal(recipe: Recipe, prompt_count: int) -> Signal:
+    """Sample `num_generations` completions for each of `prompt_count` prompts of the recipe's data and score them."""
+    import torch
+
+    from grpo_cli import data, models
+    from rewards import resolve_reward
+
+    tokenizer = models.load_tokenizer(recipe)
+    prepared = data.prepare(recipe.data, tokenizer, seed=recipe.training.seed)
+    rows = prepared.dataset.shuffle(seed=recipe.training.seed).select(range(min(prompt_count, len(prepared.dataset))))
+    model = models.load_model(recipe).eval()
+    if torch.cuda.is_available() and model.device.type == "cpu":
+        model = model.to("cuda")
+    funcs = [resolve_reward(spec.name, spec.kwargs) for spec in recipe.rewards]
+    g, budget = recipe.grpo.num_generations, recipe.grpo.max_completion_length
+    per_batch = max(1, recipe.generation_batch_per_process // g)  # prompts per generation batch, as in training
+    sample = dict(do_sample=True, temperature=recipe.grpo.temperature, top_p=recipe.grpo.top_p,
+                  top_k=recipe.grpo.top_k or None, max_new_tokens=budget, num_return_sequences=g,
+                  pad_token_id=tokenizer.pad_token_id)
+    torch.manual_seed(recipe.training.seed)
+
+    all_values: list[list[float | None]] = [[] for _ in funcs]
+    all_errors: list[str | None] = [None for _ in funcs]
+    totals: list[float] = []
+    lengths: list[int] = []
+    truncated = 0
+    batch_shares: list[float] = []
+    seconds = 0.0
+    columns_all = {k: rows[k] for k in rows.column_names if k != "prompt"}
+    for start in range(0, len(rows), per_batch):
+        prompts = rows["prompt"][start:start + per_batch]
+        texts = [tokenizer.apply_chat_template(p, add_generation_prompt=True, tokenize=False) if isinstance(p, list)
+                 else p for p in prompts]
+        inputs = tokenizer(texts, return_tensors="pt", padding=True, add_special_tokens=False).to(model.device)
+        started = time.perf_counter()
+        with torch.no_grad():
+            out = model.generate(**inputs, **sample)
+        seconds += time.perf_counter() - started
+        new = out[:, inputs["input_ids"].shape[1]:].tolist()
+        ids = [_until_eos(seq, tokenizer) for seq in new]
+        batch_lengths = [len(seq) for seq in ids]
+        lengths += batch_lengths
+        truncated += sum(tokenizer.eos_token_id not in seq for seq in ids)  # cut at the budget
+        batch_shares.append(max(batch_lengths) / budget)
+        decoded = tokenizer.batch_decode(ids, skip_special_tokens=True)
+        completions = [[{"role": "assistant", "content": t}] for t in decoded] if isinstance(prompts[0], list) else decoded
+        repeated_prompts = [p for p in prompts for _ in range(g)]
+        columns = {k: [v for v in col[start:start + per_batch] for _ in range(g)] for k, col in columns_all.items()}
+        values, errors = score(funcs, repeated_prompts, completions, ids, columns)
+        for i, (v, e) in enumerate(zip(values, errors)):
+            all_values[i] += v
+            all_errors[i] = all_errors[i] or e
+        for j in range(len(decoded)):
+            totals.append(sum(spec.weight * values[i][j] for i, spec in enumerate(recipe.rewards)
+                              if values[i][j] is not None))
+
+    groups = [totals[i:i + g] for i in range(0, len(totals), g)]
+    flat = sum(_std(group) <= ZERO_STD_TOLERANCE for group in groups)
+    stats = []
+    for spec, values, error in zip(recipe.rewards, all_values, all_errors):
+        ok = [v for v in values if v is not None]
+        stats.append(RewardStats(
+            spec.name, spec.weight, statistics.fmean(ok) if ok else None, _std(ok) if ok else None,
+            min(ok) if ok else None, max(ok) if ok else None, len(values) - len(ok), error))
+    return Signal(
+        prompts=len(groups), completions=len(totals), zero_variance_share=flat / max(1, len(groups)),
+        truncated_share=truncated / max(1, len(lengths)), mean_completion_tokens=statistics.fmean(lengths) if lengths else 0.0,
+        batch_length_share=statistics.fmean(batch_shares) if batch_shares else 1.0,
+        tokens_per_second=sum(lengths) / seconds if seconds else 0.0, rewards=stats, dataset_rows=len(prepared.dataset),
+    )
+
+
+def _until_eos(seq: list[int], tokenizer) -> list[int]:
+    """The completion's tokens up to and including its end-of-sequence token (padding after it dropped)."""
+    eos = tokenizer.eos_token_id
+    return seq[: seq.index(eos) + 1] if eos in seq else seq
+
+
+def default_prompt_count(recipe: Recipe) -> int:
+    """At least 8 groups and 64 completions: enough to tell 'most groups flat' from 'some'."""
+    return max(8, math.ceil(64 / recipe.grpo.num_generations))

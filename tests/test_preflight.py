@@ -1,0 +1,73 @@
+"""`grpo preflight` on a tiny model: real sampling, real training steps, rewards that vary, stay constant or raise."""
+
+from __future__ import annotations
+
+import json
+
+from typer.testing import CliRunner
+
+from conftest import write_recipe
+from grpo_cli.cli import app
+
+REWARDS = '''
+def constant(completions, **kwargs):
+    return [1.0 for _ in completions]
+
+
+def characters(completions, **kwargs):
+    return [float(len(c[0]["content"])) for c in completions]
+
+
+def picky(completions, **kwargs):
+    if any(len(c[0]["content"]) % 2 for c in completions):
+        raise ValueError("odd length")
+    return [0.5 for _ in completions]
+'''
+
+
+def preflight(tmp_path, tiny_llama, rewards, *args):
+    (tmp_path / "my_rewards.py").write_text(REWARDS)
+    recipe = write_recipe(tmp_path, tiny_llama, rewards=[{"name": f"{tmp_path / 'my_rewards.py'}:{r}"} for r in rewards])
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    (run_dir / "notes.txt").write_text("mine")
+    result = CliRunner().invoke(app, ["preflight", str(recipe), "--json", "--prompts", "6", *args])
+    assert result.exit_code == 0, result.output
+    assert sorted(p.name for p in run_dir.iterdir()) == ["notes.txt"]  # the run directory is untouched
+    return json.loads(result.stdout)
+
+
+def test_varying_and_failing_rewards_with_all_fields(tmp_path, tiny_llama):
+    data = preflight(tmp_path, tiny_llama, ["characters", "picky"], "--gpu", "24GB")
+    assert data["prompts"] == 6 and data["completions"] == 12
+    assert data["zero_variance_share"] < 1.0  # character counts differ within a group
+    characters, picky = data["rewards"]
+    assert characters["failed"] == 0 and characters["std"] > 0 and characters["min"] < characters["max"]
+    assert 0 < picky["failed"] < 12 and picky["error"].startswith("ValueError: odd length")
+    assert any("picky failed on" in a["reason"] for a in data["advice"])
+    assert data["measured_peak_gib"] > 0 and data["planned_peak_gib"] > 0 and abs(data["peak_error_pct"]) < 100
+    assert data["step_s"] > 0 and 0 <= data["generation_s"] <= data["step_s"]
+    assert data["total_steps"] == 2 and 0 < data["eta_s"] <= data["eta_worst_s"] * 1.001
+    assert data["fits"] is True and data["gpu_gib"] == 24
+    assert data["truncated_share"] == 1.0  # random weights never say end-of-sequence within 8 tokens
+    assert any("grpo.max_completion_length=16" in a["overrides"] for a in data["advice"])
+
+
+def test_constant_reward_has_no_signal_and_gets_advice(tmp_path, tiny_llama):
+    data = preflight(tmp_path, tiny_llama, ["constant"])
+    assert data["zero_variance_share"] == 1.0
+    (constant,) = data["rewards"]
+    assert constant["std"] == 0 and constant["min"] == constant["max"] == 1.0
+    reasons = [a["reason"] for a in data["advice"]]
+    assert any("same reward for every completion" in r for r in reasons)
+    assert any("grpo.num_generations=4" in a["overrides"] for a in data["advice"])
+    assert any("cannot steer learning" in r for r in reasons)
+
+
+def test_human_output_names_the_three_answers(tmp_path, tiny_llama):
+    (tmp_path / "my_rewards.py").write_text(REWARDS)
+    recipe = write_recipe(tmp_path, tiny_llama, rewards=[{"name": f"{tmp_path / 'my_rewards.py'}:constant"}])
+    result = CliRunner().invoke(app, ["preflight", str(recipe), "--prompts", "2"])
+    assert result.exit_code == 0, result.output
+    for word in ("fit", "time", "signal", "advice", "grpo train"):
+        assert word in result.stdout
