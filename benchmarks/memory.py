@@ -144,7 +144,11 @@ def measure_one(name: str, cfg: dict) -> dict:
 
     with tempfile.TemporaryDirectory() as tmp:
         model_dir = Path(tmp) / "model"
-        build_random_model(model_dir, ARCHS[cfg["arch"]])
+        if torch.cuda.is_available():  # in another process: building must not leave its blocks in this one's cache
+            subprocess.run([sys.executable, __file__, "--build-model", cfg["arch"], str(model_dir)], check=True,
+                           stdout=subprocess.DEVNULL)
+        else:
+            build_random_model(model_dir, ARCHS[cfg["arch"]])
         recipe = Recipe.model_validate(recipe_dict(model_dir, cfg))
         phases: dict = {}
         measured, ran = measure_peak(recipe, phases)

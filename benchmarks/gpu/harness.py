@@ -160,8 +160,10 @@ class Harness:
 
     # ---- timing parts ------------------------------------------------------------------------------------------
 
-    def recipe_file(self, name: str, steps: int, **grpo) -> Path:
-        """A LoRA recipe on the random model, the same settings as benchmarks/plain_trl.py's."""
+    def recipe_file(self, name: str, steps: int, full_length: bool = True, **grpo) -> Path:
+        """A LoRA recipe on the random model, the same settings as benchmarks/plain_trl.py's.
+
+        `full_length`: every completion runs to the budget, so every step does the same work (timing)."""
         import yaml
 
         recipe = {
@@ -177,7 +179,7 @@ class Harness:
                          "per_device_train_batch_size": 2 * self.g, "max_steps": steps, "logging_steps": 1,
                          "save_steps": 100_000, "seed": 42, "output_dir": str(self.work / f"run-{name}")},
             "eval": {"source": "generated", "limit": 64, "batch_size": 32, "max_new_tokens": 64},
-            "trl": {"generation_kwargs": {"min_new_tokens": self.c}},
+            "trl": {"generation_kwargs": {"min_new_tokens": self.c}} if full_length else {},
         }
         path = self.work / f"{name}.yaml"
         path.write_text(yaml.safe_dump(recipe))
@@ -225,7 +227,9 @@ class Harness:
         return {"grpo_train": ours, "plain_trl": plain, **ratios(ours, plain, "grpo_over_plain")}
 
     def train_eval(self) -> dict:
-        recipe = self.recipe_file("train-eval", self.args.train_steps)
+        # Not forced to full length: the run as a user's would go (random weights rarely stop early, though).
+        recipe = self.recipe_file("train-eval", self.args.train_steps, full_length=False,
+                                  max_completion_length=min(self.c, 128))
         run_dir = self.work / "run-train-eval"
         train = self.run("train_eval", [sys.executable, "-m", "grpo_cli", "train", str(recipe)],
                          timeout=max(30.0, self.left()))
@@ -352,8 +356,8 @@ def main() -> None:
                         help="On the host: append a device run's calibration.csv to benchmarks/memory_calibration.csv.")
     parser.add_argument("--cpu", action="store_true", help="Tiny models on the CPU: checks the harness itself.")
     parser.add_argument("--parts", default=",".join(PARTS))
-    parser.add_argument("--jobs", type=int, default=None, help="Calibration processes at a time (GPU 3, CPU 1).")
-    parser.add_argument("--steps", type=int, default=None, help="Steps of each timed run (GPU 6, CPU 3).")
+    parser.add_argument("--jobs", type=int, default=None, help="Calibration processes at a time (GPU 4, CPU 1).")
+    parser.add_argument("--steps", type=int, default=None, help="Steps of each timed run (GPU 5, CPU 3).")
     parser.add_argument("--train-steps", type=int, default=None, help="Steps of the train_eval run (GPU 20, CPU 2).")
     parser.add_argument("--budget-s", type=float, default=510.0, help="Start no new work after this many seconds.")
     args = parser.parse_args()
@@ -363,8 +367,8 @@ def main() -> None:
         return
     if args.out is None:
         parser.error("--out DIR is required")
-    args.jobs = args.jobs or (1 if args.cpu else 3)
-    args.steps = args.steps or (3 if args.cpu else 6)
+    args.jobs = args.jobs or (1 if args.cpu else 4)
+    args.steps = args.steps or (3 if args.cpu else 5)
     args.train_steps = args.train_steps or (2 if args.cpu else 20)
     parts = [p.strip() for p in args.parts.split(",") if p.strip()]
     unknown = sorted(set(parts) - set(PARTS))

@@ -94,7 +94,7 @@ def measure_signal(recipe: Recipe, prompt_count: int) -> Signal:
     g, budget = recipe.grpo.num_generations, recipe.grpo.max_completion_length
     per_batch = max(1, recipe.generation_batch_per_process // g)  # prompts per generation batch, as in training
     sample = dict(do_sample=True, temperature=recipe.grpo.temperature, top_p=recipe.grpo.top_p,
-                  top_k=recipe.grpo.top_k or None, max_new_tokens=budget, num_return_sequences=g,
+                  top_k=recipe.grpo.top_k, max_new_tokens=budget, num_return_sequences=g,
                   pad_token_id=tokenizer.pad_token_id)
     torch.manual_seed(recipe.training.seed)
 

@@ -97,6 +97,8 @@ def _dataset(recipe: Recipe) -> str:
     parts = [f"`{data.source}`"] + ([f"config `{data.config}`"] if data.config else []) + [f"split `{data.split}`"]
     if data.limit:
         parts.append(f"first {data.limit} rows")
+    if data.max_solution_steps:
+        parts.append(f"problems solved in at most {data.max_solution_steps} steps")
     return ", ".join(parts) + f"; answers marked with {'`####`' if data.answer_marker == 'hashes' else '`<answer>`'}"
 
 
