@@ -127,8 +127,11 @@ def advise(result: Preflight, arch, hours: float) -> list[Advice]:
             out.append(Advice(f"reward {stats.name} failed on {stats.failed} of {signal.completions} completions "
                               f"({stats.error or 'returned None'}); TRL counts those as missing values"))
     if signal.truncated_share >= MOSTLY:
-        out.append(Advice(f"{signal.truncated_share:.0%} of completions were cut at the {recipe.grpo.max_completion_length}"
-                          "-token budget: give them room (or add a length_target reward)",
+        has_length_reward = any(spec.name == "length_target" for spec in recipe.rewards)
+        remedy = ("give them room, or leave it to the length_target reward to teach stopping" if has_length_reward
+                  else "give them room, or add a length_target reward")
+        out.append(Advice(f"{signal.truncated_share:.0%} of completions were cut at the "
+                          f"{recipe.grpo.max_completion_length}-token budget: {remedy}",
                           [f"grpo.max_completion_length={2 * recipe.grpo.max_completion_length}"]))
     if result.eta_s > hours * 3600:
         per_step = result.eta_s / max(1, result.total_steps)

@@ -17,6 +17,8 @@ from grpo_cli.recipe.schema import Recipe
 # A group whose weighted total reward has a standard deviation at or below this carries no signal. TRL tests
 # exact zero (torch.isclose); rewards such as length penalties differ by tiny amounts that teach nothing.
 ZERO_STD_TOLERANCE = 1e-3
+# Completions per `generate` call when sampling on a CPU.
+CPU_SAMPLE_COMPLETIONS = 64
 
 
 @dataclass
@@ -92,7 +94,9 @@ def measure_signal(recipe: Recipe, prompt_count: int) -> Signal:
         model = model.to("cuda")
     funcs = [resolve_reward(spec.name, spec.kwargs) for spec in recipe.rewards]
     g, budget = recipe.grpo.num_generations, recipe.grpo.max_completion_length
-    per_batch = max(1, recipe.generation_batch_per_process // g)  # prompts per generation batch, as in training
+    per_training_batch = max(1, recipe.generation_batch_per_process // g)  # prompts per generation batch in training
+    # On a GPU sample exactly training's batches (no more memory than the run); on a CPU larger batches are faster.
+    per_batch = per_training_batch if torch.cuda.is_available() else max(per_training_batch, CPU_SAMPLE_COMPLETIONS // g)
     sample = dict(do_sample=True, temperature=recipe.grpo.temperature, top_p=recipe.grpo.top_p,
                   top_k=recipe.grpo.top_k, max_new_tokens=budget, num_return_sequences=g,
                   pad_token_id=tokenizer.pad_token_id)
@@ -120,7 +124,8 @@ def measure_signal(recipe: Recipe, prompt_count: int) -> Signal:
         batch_lengths = [len(seq) for seq in ids]
         lengths += batch_lengths
         truncated += sum(tokenizer.eos_token_id not in seq for seq in ids)  # cut at the budget
-        batch_shares.append(max(batch_lengths) / budget)
+        for chunk in range(0, len(batch_lengths), per_training_batch * g):  # training's batches within this one
+            batch_shares.append(max(batch_lengths[chunk:chunk + per_training_batch * g]) / budget)
         decoded = tokenizer.batch_decode(ids, skip_special_tokens=True)
         completions = [[{"role": "assistant", "content": t}] for t in decoded] if isinstance(prompts[0], list) else decoded
         repeated_prompts = [p for p in prompts for _ in range(g)]
