@@ -49,8 +49,8 @@ LORA = {"r": 16, "alpha": 32, "dropout": 0.0}
 QLORA = {"bits": 4, "quant_type": "nf4", "double_quant": True}
 
 
-def config(arch, method="full", gc=False, g=4, c=32, optim="adamw_torch", beta=0.0, batch=None):
-    return dict(arch=arch, method=method, gc=gc, g=g, c=c, optim=optim, beta=beta, batch=batch or g)
+def config(arch, method="full", gc=False, g=4, c=32, optim="adamw_torch", beta=0.0, batch=None, dtype="bfloat16"):
+    return dict(arch=arch, method=method, gc=gc, g=g, c=c, optim=optim, beta=beta, batch=batch or g, dtype=dtype)
 
 
 CPU_MATRIX = {
@@ -90,16 +90,16 @@ CUDA_MATRIX = {
     "llama1b-lora-g16-c512-beta": config("llama-3.2-1b", "lora", g=16, c=512, beta=0.04),
     "llama1b-qlora-g8-c256": config("llama-3.2-1b", "qlora", g=8, c=256),
 }
-TINY_MATRIX = {
-    "tiny-llama-full": config("tiny-llama", g=4, c=16),
-    "tiny-qwen2-lora-beta": config("tiny-qwen2", "lora", g=4, c=16, beta=0.04),
+TINY_MATRIX = {  # float32: CPUs without AVX512-BF16 emulate bfloat16, several times slower
+    "tiny-llama-full": config("tiny-llama", g=4, c=16, dtype="float32"),
+    "tiny-qwen2-lora-beta": config("tiny-qwen2", "lora", g=4, c=16, beta=0.04, dtype="float32"),
 }
 MATRICES = {"cpu": CPU_MATRIX, "cuda": CUDA_MATRIX, "tiny": TINY_MATRIX}
 
 
 def recipe_dict(model_dir: Path, cfg: dict) -> dict:
     recipe = {
-        "model": {"name": str(model_dir), "dtype": "bfloat16", "gradient_checkpointing": cfg["gc"]},
+        "model": {"name": str(model_dir), "dtype": cfg.get("dtype", "bfloat16"), "gradient_checkpointing": cfg["gc"]},
         "data": {"system_prompt": "Answer briefly."},
         "rewards": ["correctness"],
         "grpo": {"num_generations": cfg["g"], "max_completion_length": cfg["c"], "beta": cfg["beta"]},

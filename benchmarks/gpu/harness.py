@@ -160,7 +160,7 @@ class Harness:
 
     # ---- timing parts ------------------------------------------------------------------------------------------
 
-    def recipe_file(self, name: str, steps: int, full_length: bool = True, **grpo) -> Path:
+    def recipe_file(self, name: str, steps: int, full_length: bool = True, rewards: list | None = None, **grpo) -> Path:
         """A LoRA recipe on the random model, the same settings as benchmarks/plain_trl.py's.
 
         `full_length`: every completion runs to the budget, so every step does the same work (timing)."""
@@ -171,8 +171,8 @@ class Harness:
             "lora": {"r": 16, "alpha": 32, "dropout": 0.0, "target_modules": "all-linear"},
             "data": {"source": "generated", "limit": 2000,
                      "system_prompt": "Answer in one short sentence that ends with the final number."},
-            "rewards": [{"name": "correctness", "weight": 1.0},
-                        {"name": "length_target", "weight": 0.5, "kwargs": {"target": 16}}],
+            "rewards": rewards or [{"name": "correctness", "weight": 1.0},
+                                   {"name": "length_target", "weight": 0.5, "kwargs": {"target": 16}}],
             "grpo": {"num_generations": self.g, "max_completion_length": self.c, "loss_type": "dapo",
                      "temperature": 1.0, **grpo},
             "training": {"learning_rate": 3.0e-4, "lr_scheduler_type": "constant",
@@ -228,7 +228,13 @@ class Harness:
 
     def train_eval(self) -> dict:
         # Not forced to full length: the run as a user's would go (random weights rarely stop early, though).
+        # Random weights get no correct answer and never stop early, so every built-in reward is flat and the
+        # advantages zero; a reward on the text's length in characters differs within every group.
+        reward_file = self.work / "characters.py"
+        reward_file.write_text("def characters(completions, **kwargs):\n"
+                               "    return [len(c[0]['content']) / 100 for c in completions]\n")
         recipe = self.recipe_file("train-eval", self.args.train_steps, full_length=False,
+                                  rewards=[{"name": "correctness"}, {"name": f"{reward_file}:characters"}],
                                   max_completion_length=min(self.c, 128))
         run_dir = self.work / "run-train-eval"
         train = self.run("train_eval", [sys.executable, "-m", "grpo_cli", "train", str(recipe)],
