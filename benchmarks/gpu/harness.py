@@ -42,6 +42,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 import memory  # noqa: E402  (benchmarks/memory.py: the matrices, one configuration per process)
 
 PARTS = ("calibration", "liger", "overhead", "train_eval")
+DISTRIBUTED_ENV = {"RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"}
 GIB = 2**30
 
 
@@ -52,7 +53,10 @@ class Harness:
         self.deadline = time.monotonic() + args.budget_s
         self.work = Path(tempfile.mkdtemp(prefix="grpo-gpu-"))
         self.log = (self.out / "log.txt").open("a")
-        self.env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
+        # A parent that trained in-process (a test run) carries accelerate's RANK/MASTER_PORT...: children sharing
+        # them would try to join one process group on one port.
+        inherited = {k: v for k, v in os.environ.items() if k not in DISTRIBUTED_ENV and not k.startswith("ACCELERATE_")}
+        self.env = {**inherited, "PYTHONPATH": os.pathsep.join([str(ROOT), inherited.get("PYTHONPATH", "")]),
                     "PYTHONUNBUFFERED": "1",
                     # On a shared CPU, OpenMP threads spinning against each other swamp tiny models' timings.
                     **({"OMP_NUM_THREADS": "1"} if args.cpu else {})}
