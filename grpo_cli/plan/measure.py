@@ -98,18 +98,24 @@ class LiveTensorBytes:
         return self._mode.__exit__(*exc)
 
 
-def _mark_generation(trainer, tracker) -> None:
-    """Attribute allocations made while generating and scoring to the generation phase."""
+def _around_generation(trainer, on_start, on_end) -> None:
+    """Call `on_start`/`on_end` around each generate-and-score phase of the trainer's steps."""
     original = trainer._generate_and_score_completions
 
     def wrapped(*args, **kwargs):
-        tracker.phase = "generation"
+        on_start()
         try:
             return original(*args, **kwargs)
         finally:
-            tracker.phase = "training"
+            on_end()
 
     trainer._generate_and_score_completions = wrapped
+
+
+def _mark_generation(trainer, tracker) -> None:
+    """Attribute allocations made while generating and scoring to the generation phase."""
+    _around_generation(trainer, lambda: setattr(tracker, "phase", "generation"),
+                       lambda: setattr(tracker, "phase", "training"))
 
 
 def measure_peak(recipe: Recipe, phases: dict | None = None) -> tuple[float, Recipe]:
@@ -183,16 +189,12 @@ def measure_steps(recipe: Recipe, work: Path, steps: int = 2) -> StepMeasurement
     generation_seconds: list[float] = []
     clock = {"step": 0.0, "generation": 0.0}
 
-    original = trainer._generate_and_score_completions
+    started = {"generation": 0.0}
 
-    def timed_generation(*args, **kwargs):
-        started = time.perf_counter()
-        try:
-            return original(*args, **kwargs)
-        finally:
-            clock["generation"] += time.perf_counter() - started
+    def add_generation_time() -> None:
+        clock["generation"] += time.perf_counter() - started["generation"]
 
-    trainer._generate_and_score_completions = timed_generation
+    _around_generation(trainer, lambda: started.update(generation=time.perf_counter()), add_generation_time)
 
     class StepClock(TrainerCallback):
         def on_step_begin(self, args, state, control, **kwargs):
