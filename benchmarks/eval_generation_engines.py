@@ -27,7 +27,7 @@ def main() -> None:
     import torch
     from transformers import GenerationConfig
 
-    from grpo_cli.eval.evaluate import Problem, chat_prompts
+    from grpo_cli.eval.problems import Problem, chat_prompts
     from grpo_cli.eval.generation import ContinuousGenerator
     from grpo_cli.models import load_model, load_tokenizer
     from grpo_cli.quiet import quiet_libraries
@@ -35,7 +35,7 @@ def main() -> None:
 
     quiet_libraries()
     recipe = load_recipe(ROOT / "recipes" / "gsm8k" / "smollm2_135m_cpu.yaml", [f"data.source={args.data}"],
-                         check_trl=False)
+                         scope="eval")
     rows = [json.loads(line) for line in args.data.read_text().splitlines()[: args.limit]]
     problems = [Problem(i, r["question"], r["answer"], "") for i, r in enumerate(rows)]
     tokenizer = load_tokenizer(recipe)

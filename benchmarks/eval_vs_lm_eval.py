@@ -59,7 +59,7 @@ def main() -> None:
     parser.add_argument("--keep", type=Path, help="Keep both tools' outputs in this directory.")
     args = parser.parse_args()
 
-    from grpo_cli.eval.evaluate import Problem, fewshot_pool, lm_eval_prompts
+    from grpo_cli.eval.problems import Problem, fewshot_pool, lm_eval_prompts
     from grpo_cli.models import resolve_model_path
     from grpo_cli.recipe.schema import EvalSection
 

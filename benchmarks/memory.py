@@ -138,7 +138,7 @@ def measure_one(name: str, cfg: dict) -> dict:
     import torch
 
     from grpo_cli.plan import architectures
-    from grpo_cli.plan.measure import measure_peak
+    from grpo_cli.preflight.measure import measure_peak
     from grpo_cli.plan.memory import GIB, memory_plan
     from grpo_cli.recipe.schema import Recipe
 

@@ -15,7 +15,7 @@ from peft import LoraConfig
 from transformers import AutoModelForCausalLM, AutoTokenizer
 from trl import GRPOConfig, GRPOTrainer
 
-from grpo_cli.answers import gsm8k_gold
+from rewards.answers import gsm8k_gold
 from grpo_cli.data import generate_problems
 from rewards.gsm8k import LengthTarget, correctness
 

@@ -19,7 +19,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 CALIBRATION = """
 import json, sys
-from grpo_cli.plan.measure import measure_peak
+from grpo_cli.preflight.measure import measure_peak
 from grpo_cli.recipe.validation import load_recipe
 peak, _ = measure_peak(load_recipe(sys.argv[1]))
 print(json.dumps({"peak_gib": peak / 2**30}))

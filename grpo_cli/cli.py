@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import shutil
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Annotated, Iterator, Optional
@@ -24,10 +23,8 @@ recipes_app = typer.Typer(help="List and copy the shipped recipes.", no_args_is_
 app.add_typer(recipes_app, name="recipes")
 
 RecipeArg = Annotated[Path, typer.Argument(help="Recipe YAML file.", show_default=False)]
-OverridesArg = Annotated[
-    Optional[list[str]],
-    typer.Argument(help="key.path=value overrides, validated like the file (e.g. training.max_steps=20).", show_default=False),
-]
+OverridesArg = Annotated[Optional[list[str]], typer.Argument(
+    help="key.path=value overrides, validated like the file (e.g. training.max_steps=20).", show_default=False)]
 
 
 @contextmanager
@@ -45,7 +42,6 @@ def _version(value: bool) -> None:
     if value:
         typer.echo(f"grpo {__version__}")
         raise typer.Exit()
-
 
 @app.callback()
 def main(
@@ -97,25 +93,14 @@ def train(
 ) -> None:
     """Train with GRPO: validate the recipe, then run TRL's GRPOTrainer and save the result."""
     from grpo_cli.recipe.validation import load_recipe
+    from grpo_cli.train.trainer import run
 
     options = {"distributed.num_processes": num_processes, "distributed.strategy": strategy,
-               "distributed.accelerate_config": accelerate_config}
-    overrides = [*(overrides or []), *(f"{k}={v}" for k, v in options.items() if v is not None)]
+               "distributed.accelerate_config": str(accelerate_config) if accelerate_config else None}
     with user_errors():
-        loaded = load_recipe(recipe, overrides)
-        from grpo_cli.train import distributed
-
-        if distributed.wants_launch(loaded):
-            raise typer.Exit(distributed.launch(loaded, resume, echo=lambda line: typer.echo(line, err=True)))
-        from grpo_cli.train.trainer import train as run_training
-
-        try:
-            result = run_training(loaded, resume=resume)
-        except KeyboardInterrupt:  # before the first step (loading) or a second Ctrl-C: nothing to save
-            typer.echo("interrupted", err=True)
-            raise typer.Exit(130) from None
-    if result.interrupted:
-        raise typer.Exit(130)
+        code = run(load_recipe(recipe, overrides, options=options), resume, echo=lambda line: typer.echo(line, err=True))
+    if code:
+        raise typer.Exit(code)
 
 
 @app.command(
@@ -133,25 +118,16 @@ def plan(
     """Estimate peak GPU memory before loading any weight: where it goes, whether it fits, what to change."""
     from rich.console import Console
 
-    from grpo_cli.plan import architectures
-    from grpo_cli.plan.gpus import gpu_memory_bytes
-    from grpo_cli.plan.memory import memory_plan, suggest
+    from grpo_cli.plan.fit import plan_recipe
     from grpo_cli.plan.view import plan_json, print_plan
     from grpo_cli.recipe.validation import load_recipe
 
     with user_errors():
-        loaded = load_recipe(recipe, overrides)
-        arch = architectures.resolve(loaded)
-        hardware = loaded.hardware
-        spec = gpu or hardware.gpu or (f"{hardware.gpu_memory_gb}GB" if hardware.gpu_memory_gb else None)
-        gpu_label, gpu_bytes = gpu_memory_bytes(spec) if spec else (None, None)
-        result = memory_plan(loaded, arch, device, gpu_bytes)
-        suggestions = suggest(loaded, arch, device, gpu_bytes) if result.fits is False else []
+        result, suggestions, gpu_label = plan_recipe(load_recipe(recipe, overrides, scope="plan"), gpu, device)
     if as_json:
         typer.echo(json.dumps(plan_json(result, suggestions, gpu_label), indent=2))
     else:
-        command = " ".join(["grpo train", str(recipe), *(overrides or [])])
-        print_plan(Console(soft_wrap=False), result, suggestions, gpu_label, command)
+        print_plan(Console(soft_wrap=False), result, suggestions, gpu_label, _train_command(recipe, overrides))
 
 
 @app.command(
@@ -172,22 +148,26 @@ def preflight(
     """Measure, in about a minute on this machine, whether the recipe fits, how long it takes, and whether it can learn."""
     from rich.console import Console
 
-    from grpo_cli.plan.preflight import preflight_json, print_preflight, run_preflight
-    from grpo_cli.plan.signal import default_prompt_count
+    from grpo_cli.preflight.run import run_preflight
+    from grpo_cli.preflight.view import preflight_json, print_preflight
     from grpo_cli.quiet import quiet_libraries
     from grpo_cli.recipe.validation import load_recipe
 
     console = Console(stderr=True)
     with user_errors():
-        loaded = load_recipe(recipe, overrides)
+        loaded = load_recipe(recipe, overrides, scope="preflight")
         quiet_libraries()
         with console.status("sampling completions, then timing real training steps at full length..."):
-            result = run_preflight(loaded, steps, prompts or default_prompt_count(loaded), gpu, hours)
+            result = run_preflight(loaded, steps, prompts, gpu, hours)
     if as_json:
         typer.echo(json.dumps(preflight_json(result), indent=2))
     else:
-        command = " ".join(["grpo train", str(recipe), *(overrides or [])])
-        print_preflight(Console(soft_wrap=False), result, command)
+        print_preflight(Console(soft_wrap=False), result, _train_command(recipe, overrides))
+
+
+def _train_command(recipe: Path, overrides: list[str] | None) -> str:
+    """The user's own `grpo train` line, which suggestions and advice extend with their overrides."""
+    return " ".join(["grpo train", str(recipe), *(overrides or [])])
 
 
 RunDirArg = Annotated[Path, typer.Argument(help="Run directory written by `grpo train`.", show_default=False)]
@@ -224,71 +204,22 @@ def evaluate(
     """GSM8K held-out accuracy of a base model or a trained run, with intervals; resumable."""
     from rich.console import Console
 
-    from grpo_cli.eval import evaluate as ev
-    from grpo_cli.models import is_lora_adapter
-    from grpo_cli.eval.view import EvalDisplay, comparison_table, summary_table
-    from grpo_cli.train.run_dir import RECIPE_FILE
-    from grpo_cli.recipe.validation import load_recipe
+    from grpo_cli.eval.command import EvalRequest, run_eval
+    from grpo_cli.eval.view import EvalDisplay, outcome_json, print_outcome
 
     overrides = list(overrides or [])
     if recipe is not None and "=" in str(recipe) and not recipe.exists():  # only overrides were given
         recipe, overrides = None, [str(recipe), *overrides]
-    options = {"model.name": model, "eval.source": data, "eval.split": split, "eval.limit": limit,
-               "eval.batch_size": batch_size, "eval.max_new_tokens": max_new_tokens, "eval.protocol": protocol}
-    overrides += [f"{key}={value}" for key, value in options.items() if value is not None]
-    run_dir = compare_run or run
+    options = {"eval.source": data, "eval.split": split, "eval.limit": limit, "eval.batch_size": batch_size,
+               "eval.max_new_tokens": max_new_tokens, "eval.protocol": protocol}
+    request = EvalRequest(recipe, overrides, run, compare_run, base_dir, model, adapter, options, output)
     console = Console(stderr=as_json)
     with user_errors():
-        if run and compare_run:
-            raise UserError("give --run or --compare, not both (--compare evaluates the run too)")
-        if recipe is None and run_dir is None and model is None:
-            raise UserError("nothing to evaluate: give a recipe, --run RUN_DIR, --compare RUN_DIR or --model NAME")
-        if recipe is not None:
-            loaded = load_recipe(recipe, overrides, check_trl=False)
-        elif run_dir is not None:
-            if not (run_dir / RECIPE_FILE).is_file():
-                raise UserError(f"{run_dir} is not a run directory (no {RECIPE_FILE}); give the run written by grpo train")
-            loaded = load_recipe(run_dir / RECIPE_FILE, overrides, check_trl=False)
-        else:
-            loaded = load_recipe(None, overrides, check_trl=False, data={"rewards": [{"name": "correctness"}]})
-        if adapter is not None and not is_lora_adapter(adapter):
-            raise UserError(f"{adapter} is not a LoRA adapter directory (no adapter_config.json)")
-        if base_dir is not None and compare_run is None:
-            raise UserError("--base names the base evaluation that --compare reuses; give --compare RUN_DIR too")
-        if base_dir is not None and not (base_dir / ev.SETTINGS).is_file():
-            raise UserError(f"{base_dir} holds no evaluation (no {ev.SETTINGS}); run the base once with --output "
-                            f"{base_dir}, or leave out --base")
-        if adapter is not None and run_dir is not None:
-            raise UserError("--adapter evaluates a given adapter; --run/--compare take the run's own")
-
-        base = ev.Target("base" if adapter is None else "adapter", loaded.model.name, str(adapter) if adapter else None)
-        display = EvalDisplay(console)
-        results = []
-        if compare_run is not None:
-            root = output or ev.default_output(loaded.eval, base, compare_run)
-            # A base evaluation is the same for every run with the same settings: --base reuses it (the settings
-            # check in PredictionStore refuses one made with another prompt, budget, dtype or data).
-            results.append(ev.evaluate(loaded, base, base_dir or root / "base", display))
-            results.append(ev.evaluate(loaded, ev.run_target(compare_run, loaded), root / "trained", display))
-            comparison = ev.compare(results[0], results[1], root)
-        else:
-            target = ev.run_target(run, loaded) if run is not None else base
-            default = ev.default_output(loaded.eval, target, run)
-            results.append(ev.evaluate(loaded, target, output or (default / "trained" if run else default), display))
-            comparison = None
-    if run_dir is not None:
-        from grpo_cli.train.model_card import write_model_card
-
-        write_model_card(run_dir, load_recipe(run_dir / RECIPE_FILE, check_trl=False))  # now with these results
+        outcome = run_eval(request, EvalDisplay(console))
     if as_json:
-        payload = {"results": [r.summary for r in results], **({"comparison": comparison} if comparison else {})}
-        typer.echo(json.dumps(payload, indent=2))
-        return
-    for result in results:
-        console.print(summary_table(result.summary))
-        console.print(f"per-problem results: {result.output / ev.PREDICTIONS}", highlight=False)
-    if comparison:
-        console.print(comparison_table(comparison))
+        typer.echo(json.dumps(outcome_json(outcome), indent=2))
+    else:
+        print_outcome(console, outcome)
 
 
 @app.command(epilog="**Examples**\n\n`grpo report runs/demo`\n\n`grpo report runs/demo --output demo.png`")
@@ -300,7 +231,7 @@ def report(
     from grpo_cli.train.report import plot_run
 
     with user_errors():
-        written = plot_run(run_dir, output)
+        written = plot_run(run_dir, output, warn=lambda line: typer.echo(line, err=True))
     typer.echo(f"wrote {written}")
 
 
@@ -314,9 +245,7 @@ def export(
     from grpo_cli.train.export import merge_lora_run
 
     with user_errors():
-        if merge.exists() and any(merge.iterdir()) and not force:
-            raise UserError(f"{merge} already exists and is not empty; pass --force or choose another directory")
-        written = merge_lora_run(run_dir, merge)
+        written = merge_lora_run(run_dir, merge, force)
     typer.echo(f"wrote merged model to {written}")
 
 
@@ -327,6 +256,7 @@ def schema(
     output: Annotated[Optional[Path], typer.Option("--output", "-o", help="Write to this file instead of stdout.")] = None,
 ) -> None:
     """Print the recipe JSON schema, for editor completion and checking."""
+    from grpo_cli.files import check_writable_file
     from grpo_cli.recipe.schema import Recipe
 
     text = json.dumps(Recipe.model_json_schema(), indent=2)
@@ -334,7 +264,7 @@ def schema(
         typer.echo(text)
         return
     with user_errors():
-        _refuse_overwrite(output, force=False)
+        check_writable_file(output)
         output.write_text(text + "\n", encoding="utf-8")
     typer.echo(f"wrote {output}", err=True)
 
@@ -343,14 +273,10 @@ def schema(
 def recipes_list() -> None:
     """Show the shipped recipes and the command each one opens with."""
     from rich.console import Console
-    from rich.table import Table
 
-    from grpo_cli.recipe.catalog import first_comment, shipped_recipes
+    from grpo_cli.recipe.catalog import recipes_table
 
-    table = Table("recipe", "how to run it", box=None, pad_edge=False)
-    for name, path in shipped_recipes().items():
-        table.add_row(name, first_comment(path))
-    Console(soft_wrap=True).print(table)
+    Console(soft_wrap=True).print(recipes_table())
 
 
 @recipes_app.command(
@@ -363,18 +289,9 @@ def recipes_cp(
     force: Annotated[bool, typer.Option("--force", help="Overwrite an existing file.")] = False,
 ) -> None:
     """Copy a shipped recipe so you can edit your own version."""
-    from grpo_cli.recipe.catalog import find_recipe
+    from grpo_cli.recipe.catalog import copy_recipe
 
     with user_errors():
-        source = find_recipe(name)
-        target = dest / source.name if dest.is_dir() else dest
-        _refuse_overwrite(target, force)
-        target.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(source, target)
+        target = copy_recipe(name, dest, force)
     typer.echo(f"copied {name} to {target}")
-
-
-def _refuse_overwrite(path: Path, force: bool) -> None:
-    if path.exists() and not force:
-        raise UserError(f"{path} already exists; pass --force to overwrite it or choose another name")
 

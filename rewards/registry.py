@@ -7,6 +7,7 @@ import difflib
 import importlib
 import importlib.util
 import inspect
+import os
 import sys
 from pathlib import Path
 from typing import Any, Callable
@@ -44,6 +45,11 @@ class BoundReward:
 
     def __call__(self, *args: Any, **columns: Any) -> Any:
         return self.func(*args, **{**columns, **self.kwargs})
+
+
+def resolve_rewards(specs) -> list[Callable[..., Any]]:
+    """The callables for a recipe's reward entries (anything with `.name` and `.kwargs`), in order."""
+    return [resolve_reward(spec.name, spec.kwargs) for spec in specs]
 
 
 def resolve_reward(name: str, kwargs: dict[str, Any] | None = None) -> Callable[..., Any]:
@@ -84,12 +90,21 @@ def _load_module(where: str) -> Any:
             del sys.modules[module_name]
             raise RewardLookupError(f"importing {path} failed: {_describe(exc)}") from None
         return module
+    _working_folder_importable()
     try:
         return importlib.import_module(where)
     except ImportError as exc:
         raise RewardLookupError(f"cannot import module `{where}`: {exc}") from None
     except (Exception, SystemExit) as exc:
         raise RewardLookupError(f"importing module `{where}` failed: {_describe(exc)}") from None
+
+
+def _working_folder_importable() -> None:
+    """Modules beside the recipe import as `my_rewards:score`, as in TRL's scripts, which put the working folder
+    on sys.path. Appended, not prepended: a user's folder named like an installed package must not shadow it."""
+    cwd = os.getcwd()
+    if not any(entry in ("", ".", cwd) for entry in sys.path):
+        sys.path.append(cwd)
 
 
 def _describe(exc: BaseException) -> str:

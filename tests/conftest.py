@@ -57,3 +57,10 @@ def write_recipe(directory: Path, model_dir: Path, **sections) -> Path:
     path = directory / "recipe.yaml"
     path.write_text(yaml.safe_dump(recipe, sort_keys=False))
     return path
+
+
+def write_jsonl(rows: list[dict], path: Path) -> Path:
+    import json
+
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    return path

@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from grpo_cli.answers import extract_answer, gsm8k_gold, last_number, normalize_number, numbers_equal
+from rewards.answers import extract_answer, gsm8k_gold, last_number, normalize_number, numbers_equal
 from grpo_cli.data import build_prompt, generate_problems, prepare
 from grpo_cli.errors import UserError
 from grpo_cli.recipe.schema import DataSection

@@ -10,9 +10,10 @@ import pytest
 from typer.testing import CliRunner
 
 from conftest import write_recipe
-from grpo_cli.answers import LM_EVAL_FLEXIBLE, LM_EVAL_STRICT, lm_eval_exact_match, regex_filter
+from rewards.answers import LM_EVAL_FLEXIBLE, LM_EVAL_STRICT, lm_eval_exact_match, regex_filter
 from grpo_cli.cli import app
-from grpo_cli.eval.evaluate import Problem, lm_eval_prompts, score
+from grpo_cli.eval.problems import Problem, lm_eval_prompts
+from grpo_cli.eval.scoring import score
 from grpo_cli.eval.generation import cut_at_stops, length_sorted_batches
 from grpo_cli.eval.stats import paired_difference, wilson_interval
 
@@ -166,7 +167,8 @@ def test_eval_resumes_after_interruption_without_losing_or_repeating(tmp_path, t
 
 
 def test_eval_lm_eval_protocol_on_local_files(tmp_path, tiny_llama):
-    from grpo_cli.data import generate_problems, write_jsonl
+    from conftest import write_jsonl
+    from grpo_cli.data import generate_problems
 
     data = tmp_path / "gsm"
     data.mkdir()
@@ -250,3 +252,19 @@ def test_compare_base_and_trained_lora_run(tmp_path, tiny_llama):
     assert other.exit_code == 2 and "max_new_tokens" in other.output
     alone = eval_cli("--run", str(run_dir), "--base", str(root / "base"))
     assert alone.exit_code == 2 and "--compare" in alone.output
+
+    # The run copied to a machine without its training data or reward file: evaluation reads neither.
+    import yaml
+
+    from conftest import write_jsonl
+    from grpo_cli.data import generate_problems
+
+    resolved = yaml.safe_load((run_dir / "recipe.yaml").read_text())
+    resolved["data"]["source"] = str(tmp_path / "gone" / "train.jsonl")
+    resolved["rewards"].append({"name": str(tmp_path / "gone" / "my_rewards.py") + ":score"})
+    (run_dir / "recipe.yaml").write_text(yaml.safe_dump(resolved))
+    test_file = write_jsonl(generate_problems(3, seed=5), tmp_path / "test.jsonl")
+    copied = eval_cli("--run", str(run_dir), "--data", str(test_file), "--max-new-tokens", "4",
+                      "--output", str(tmp_path / "copied"))
+    assert copied.exit_code == 0, copied.output
+    assert len(predictions(tmp_path / "copied")) == 3

@@ -1,4 +1,5 @@
-"""The folder listing is the architecture: few flat modules, small modules, no import cycles."""
+"""The folder listing is the architecture: few flat modules, small modules and functions, no import cycles, and
+data flowing down (plan/ without torch or train/, rewards/ without grpo_cli)."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ import ast
 from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parent.parent / "grpo_cli"
+REWARDS = PACKAGE.parent / "rewards"
 
 
 def module_name(path: Path) -> str:
@@ -13,28 +15,59 @@ def module_name(path: Path) -> str:
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
-def imports_of(path: Path) -> set[str]:
-    """grpo_cli modules imported anywhere in the file (function-level imports count too)."""
+def imports_of(path: Path, prefix: str = "grpo_cli", top_level_only: bool = False) -> set[str]:
+    """Modules under `prefix` imported in the file: anywhere (function-level imports count), or at module level."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    nodes = tree.body if top_level_only else ast.walk(tree)
     found = set()
-    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-        if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("grpo_cli"):
+    for node in nodes:
+        if isinstance(node, ast.ImportFrom) and node.module and node.module.split(".")[0] == prefix:
             found.add(node.module)
             found.update(f"{node.module}.{alias.name}" for alias in node.names)  # `from grpo_cli.plan import gpus`
         elif isinstance(node, ast.Import):
-            found.update(alias.name for alias in node.names if alias.name.startswith("grpo_cli"))
+            found.update(alias.name for alias in node.names if alias.name.split(".")[0] == prefix)
     return found
 
 
 def test_few_flat_modules_and_one_package_per_job():
     flat = sorted(p.name for p in PACKAGE.glob("*.py"))
     assert len(flat) <= 10, flat
-    assert {"recipe", "train", "plan", "eval"} <= {p.name for p in PACKAGE.iterdir() if (p / "__init__.py").exists()}
+    packages = {p.name for p in PACKAGE.iterdir() if (p / "__init__.py").exists()}
+    assert {"recipe", "train", "plan", "preflight", "eval"} <= packages
 
 
-def test_no_module_over_400_lines():
+def test_no_module_over_300_lines_and_no_function_over_80():
     long = {str(p.relative_to(PACKAGE)): n for p in PACKAGE.rglob("*.py")
-            if (n := len(p.read_text(encoding="utf-8").splitlines())) > 400}
+            if (n := len(p.read_text(encoding="utf-8").splitlines())) > 300}
     assert not long, long
+    functions = {f"{p.relative_to(PACKAGE)}:{node.name}": node.end_lineno - node.lineno + 1
+                 for p in PACKAGE.rglob("*.py") for node in ast.walk(ast.parse(p.read_text(encoding="utf-8")))
+                 if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))}
+    assert not {name: n for name, n in functions.items() if n > 80}
+
+
+def test_plan_needs_neither_torch_nor_training():
+    """`grpo plan` runs before any weight exists: nothing in plan/ imports train/ or preflight/, nor torch at
+    module level."""
+    for path in (PACKAGE / "plan").glob("*.py"):
+        climbs = {m for m in imports_of(path) if m.startswith(("grpo_cli.train", "grpo_cli.preflight"))}
+        assert not climbs, (path.name, climbs)
+        for heavy in ("torch", "transformers", "trl"):
+            assert not imports_of(path, heavy, top_level_only=True), (path.name, heavy)
+
+
+def test_rewards_depend_on_nothing_in_grpo_cli():
+    """rewards/ is below grpo_cli: grpo_cli imports it, never the other way round."""
+    for path in REWARDS.glob("*.py"):
+        assert not imports_of(path), path.name
+
+
+def test_recipe_is_the_bottom_layer():
+    """The recipe package reads YAML and checks it; it never reaches up into the commands' packages."""
+    for path in (PACKAGE / "recipe").glob("*.py"):
+        climbs = {m for m in imports_of(path) if m.startswith(("grpo_cli.train", "grpo_cli.plan", "grpo_cli.eval",
+                                                               "grpo_cli.preflight", "grpo_cli.data"))}
+        assert not climbs, (path.name, climbs)
 
 
 def test_no_import_cycle():

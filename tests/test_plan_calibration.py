@@ -9,7 +9,7 @@ import pytest
 
 from conftest import write_recipe
 from grpo_cli.plan import architectures
-from grpo_cli.plan.measure import measure_peak
+from grpo_cli.preflight.measure import measure_peak
 from grpo_cli.plan.memory import memory_plan
 from grpo_cli.recipe.validation import load_recipe
 

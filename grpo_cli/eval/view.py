@@ -8,7 +8,8 @@ from rich.console import Console
 from rich.progress import Progress
 from rich.table import Table
 
-from grpo_cli.eval.evaluate import FILTERS
+from grpo_cli.eval.scoring import FILTERS
+from grpo_cli.eval.store import PREDICTIONS
 from grpo_cli.progress import progress_bar
 
 
@@ -19,8 +20,11 @@ class EvalDisplay:
         self.console = console
         self.progress: Progress | None = None
 
-    def start(self, label: str, total: int, done: list[dict[str, Any]]) -> None:
+    def start(self, label: str, total: int, done: list[dict[str, Any]], unscorable: int = 0) -> None:
         self.label, self.total = label, total
+        if unscorable:
+            self.console.print(f"{label}: left out {unscorable} problem(s) that cannot be scored (no question, or no "
+                               "number after `####` in the answer)")
         self.scored = len(done)
         self.correct = {name: sum(bool(r["correct"][name]) for r in done) for name in FILTERS}
         self.new = 0
@@ -79,3 +83,17 @@ def comparison_table(result: dict[str, Any]) -> Table:
                       f"{100 * f['low']:+.1f} to {100 * f['high']:+.1f}", str(f["fixed"]), str(f["broken"]))
     table.caption = "an interval that contains 0 means the change is not distinguishable from noise"
     return table
+
+
+def outcome_json(outcome) -> dict[str, Any]:
+    return {"results": [r.summary for r in outcome.results],
+            **({"comparison": outcome.comparison} if outcome.comparison else {})}
+
+
+def print_outcome(console: Console, outcome) -> None:
+    """Each evaluation's table and where its per-problem results are, then the comparison."""
+    for result in outcome.results:
+        console.print(summary_table(result.summary))
+        console.print(f"per-problem results: {result.output / PREDICTIONS}", highlight=False)
+    if outcome.comparison:
+        console.print(comparison_table(outcome.comparison))

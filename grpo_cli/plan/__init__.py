@@ -1,1 +1,1 @@
-"""`grpo plan`: the memory model, architectures, the GPU table, the measurement harness, rendering."""
+"""`grpo plan`: the analytical memory model (no weight loaded, no torch imported), architectures, GPUs, rendering."""

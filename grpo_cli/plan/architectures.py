@@ -1,8 +1,8 @@
 """Model shapes for `grpo plan`, read without loading any weight.
 
-Sources, in order: the recipe's `model.architecture` (by hand), a local model directory's config.json (a
-.gguf is read through its converted cache or the built-in table), the hub's config.json when online, and a
-built-in table of common models (numbers from their config.json files, see design notes section 5).
+Sources, in order: the recipe's `model.architecture` (by hand), a local model directory's config.json, a local
+.gguf file's header, a built-in table of common models (numbers from their config.json files, see design notes
+section 5), and the hub's config.json when online.
 """
 
 from __future__ import annotations
@@ -121,7 +121,7 @@ def lookup_builtin(name: str) -> Architecture | None:
 
 def resolve(recipe) -> Architecture:
     """The architecture of the recipe's model, without loading weights."""
-    from grpo_cli.models import model_location
+    from grpo_cli.recipe.sources import model_location
 
     manual = recipe.model.architecture
     if manual is not None:
@@ -129,6 +129,13 @@ def resolve(recipe) -> Architecture:
     location = Path(model_location(recipe.model.name))
     if location.is_dir() and (location / "config.json").exists():
         return from_config(json.loads((location / "config.json").read_text()), recipe.model.name)
+    if location.is_file() and location.suffix == ".gguf":
+        from grpo_cli.plan.gguf_header import GGUFError, architecture_fields
+
+        try:
+            return Architecture(name=recipe.model.name, **architecture_fields(location))
+        except (GGUFError, OSError) as exc:
+            raise UserError(f"cannot read the architecture from {location}: {exc}", path="model.name") from None
     found = lookup_builtin(recipe.model.name)
     if found is not None:
         return found

@@ -28,3 +28,10 @@ def gpu_memory_bytes(spec: str) -> tuple[str, float]:
             return name, gib * 2**30
     raise UserError(f"unknown GPU `{spec}`; give its memory (e.g. --gpu 24GB) or one of: {', '.join(GPUS)}",
                     path="hardware.gpu")
+
+
+def gpu_for(recipe, flag: str | None) -> tuple[str | None, float | None]:
+    """The GPU a command is asked about: its `--gpu` flag, else the recipe's hardware section, else none."""
+    hardware = recipe.hardware
+    spec = flag or hardware.gpu or (f"{hardware.gpu_memory_gb}GB" if hardware.gpu_memory_gb else None)
+    return gpu_memory_bytes(spec) if spec else (None, None)

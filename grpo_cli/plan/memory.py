@@ -89,14 +89,38 @@ def _trainable_params(recipe: Recipe, arch: Architecture) -> int:
 def memory_plan(recipe: Recipe, arch: Architecture, device: str = "cuda", gpu_bytes: float | None = None) -> Plan:
     """Bytes per term for one process (device), without loading anything."""
     w = DTYPE_BYTES[recipe.model.dtype]
-    P, h, f, L, V = arch.params, arch.hidden_size, arch.intermediate_size, arch.num_layers, arch.vocab_size
-    B = recipe.training.per_device_train_batch_size
-    prompt = recipe.data.max_prompt_length or 256
-    S = prompt + recipe.grpo.max_completion_length
-    gen_batch = recipe.generation_batch_per_process
-    terms: list[Term] = []
+    terms = _static_terms(recipe, arch, device, w) + _generation_terms(recipe, arch, device, w)
+    terms += _training_terms(recipe, arch, device, w)
+    terms = _per_process(terms, recipe, arch, w)
 
-    # --- static: weights, adapters, reference, optimizer states
+    static = sum(t.bytes for t in terms if t.phase == "static")
+    generation = sum(t.bytes for t in terms if t.phase == "generation")
+    # The training peak comes either at the LM head's backward (every activation still alive, no parameter
+    # gradient yet) or at the optimizer step (every gradient, activations gone), whichever is larger.
+    at_head_backward = sum(t.bytes for t in terms if t.phase == "training")
+    at_optimizer_step = sum(t.bytes for t in terms if t.phase == "training-late")
+    training = max(at_head_backward, at_optimizer_step)
+    peak = static + max(generation, training)
+    smi = peak * (1 + ALLOCATOR_SLACK) + CUDA_CONTEXT_GIB * GIB
+    if recipe.grpo.use_vllm and gpu_bytes:
+        smi += recipe.grpo.vllm_gpu_memory_utilization * gpu_bytes
+    return Plan(arch, terms, static, generation, training, peak, smi, device, gpu_bytes)
+
+
+
+
+def _param_bytes(recipe: Recipe, w: int) -> int:
+    """Bytes per trainable parameter: PEFT keeps adapters in float32, bf16 on a quantised base (TRL casts them,
+    QLoRA paper, section 3); full fine-tuning trains the weights in their own dtype."""
+    if recipe.lora is None:
+        return w
+    return 2 if recipe.quantization is not None else 4
+
+
+def _static_terms(recipe: Recipe, arch: Architecture, device: str, w: int) -> list[Term]:
+    """What lives for the whole run: weights, adapters, reference model, optimizer states."""
+    P, h, V = arch.params, arch.hidden_size, arch.vocab_size
+    terms: list[Term] = []
     q = recipe.quantization
     if q is not None and q.bits == 4:
         per = NF4_BYTES[q.double_quant]
@@ -110,15 +134,10 @@ def memory_plan(recipe: Recipe, arch: Architecture, device: str = "cuda", gpu_by
         formula = f"P {P / 1e6:.1f}M x {w} B ({recipe.model.dtype})"
     terms.append(Term("weights", weights, "static", formula))
 
-    trainable = _trainable_params(recipe, arch)
+    trainable, param_bytes = _trainable_params(recipe, arch), _param_bytes(recipe, w)
     if recipe.lora is not None:
-        # PEFT keeps adapters in float32; TRL casts them to bf16 on a quantised base (QLoRA paper, section 3).
-        adapter_bytes = 2 if q is not None else 4
-        terms.append(Term("lora adapters", trainable * adapter_bytes, "static",
-                          f"r x (in + out) per adapted Linear = {trainable / 1e6:.2f}M x {adapter_bytes} B"))
-        param_bytes = adapter_bytes
-    else:
-        param_bytes = w
+        terms.append(Term("lora adapters", trainable * param_bytes, "static",
+                          f"r x (in + out) per adapted Linear = {trainable / 1e6:.2f}M x {param_bytes} B"))
 
     reference = P * w if (recipe.grpo.beta > 0 and recipe.lora is None) else 0.0
     terms.append(Term("reference model", reference, "static",
@@ -145,7 +164,7 @@ def memory_plan(recipe: Recipe, arch: Architecture, device: str = "cuda", gpu_by
     if optim.startswith("paged") and device == "cuda":
         note += "; paged: CUDA unified memory, outside torch's allocator (not in max_memory_allocated)"
     states = (trainable - embedding_fp32) * per_param + embedding_fp32 * 8
-    deepspeed = recipe.num_processes > 1 and recipe.distributed.strategy in ("zero2", "zero3")
+    deepspeed = recipe.num_processes > 1 and recipe.distributed.zero_stage is not None
     if deepspeed and param_bytes < 4 and optim not in ("sgd", "adafactor"):
         # DeepSpeed's mixed-precision optimizer steps on a float32 master copy, so its states are float32
         # too: 4 + 8 = 12 B/param for AdamW (the ZeRO paper's K = 12, Rajbhandari et al. 2020, section 3.1).
@@ -155,7 +174,17 @@ def memory_plan(recipe: Recipe, arch: Architecture, device: str = "cuda", gpu_by
         note = f"float32 master + states under DeepSpeed = {per_param:g} B/param"
     terms.append(Term("optimizer states", states, "static", f"P_t {trainable / 1e6:.2f}M x {note}"))
 
-    # --- generation phase: the whole generation batch at once (TRL generates gen_batch completions per process)
+    return terms
+
+
+def _generation_terms(recipe: Recipe, arch: Architecture, device: str, w: int) -> list[Term]:
+    """The whole generation batch at once: TRL generates gen_batch completions per process."""
+    h, f, L, V = arch.hidden_size, arch.intermediate_size, arch.num_layers, arch.vocab_size
+    B = recipe.training.per_device_train_batch_size
+    prompt = recipe.data.max_prompt_length or 256
+    S = prompt + recipe.grpo.max_completion_length
+    gen_batch = recipe.generation_batch_per_process
+    terms: list[Term] = []
     kv_cache = gen_batch * S * 2 * L * arch.kv_dim * w
     terms.append(Term("generation KV cache", kv_cache, "generation",
                       f"{gen_batch} sequences x S {S} x 2 (K,V) x L {L} x kv {arch.kv_dim} x {w} B"))
@@ -176,7 +205,16 @@ def memory_plan(recipe: Recipe, arch: Architecture, device: str = "cuda", gpu_by
         terms.append(Term("vLLM reservation", 0.0, "generation",
                           f"vllm_gpu_memory_utilization {recipe.grpo.vllm_gpu_memory_utilization} of the GPU (added below)"))
 
-    # --- training phase: one micro-batch of B completions of S tokens
+    return terms
+
+
+def _training_terms(recipe: Recipe, arch: Architecture, device: str, w: int) -> list[Term]:
+    """One micro-batch of B completions of S tokens: activations, the chunked head, then gradients."""
+    h, f, L, V = arch.hidden_size, arch.intermediate_size, arch.num_layers, arch.vocab_size
+    B = recipe.training.per_device_train_batch_size
+    S = (recipe.data.max_prompt_length or 256) + recipe.grpo.max_completion_length
+    trainable, param_bytes = _trainable_params(recipe, arch), _param_bytes(recipe, w)
+    terms: list[Term] = []
     T = B * S
     lora = recipe.lora
     per_token_layer = (ACT_HIDDEN * h + ACT_FFN * f + ACT_KV * arch.kv_dim) * w
@@ -184,9 +222,8 @@ def memory_plan(recipe: Recipe, arch: Architecture, device: str = "cuda", gpu_by
         # PEFT casts each adapted Linear's input to the adapter dtype (float32 on a bf16/fp16 base) and autograd
         # keeps that copy for lora_A's backward; with dropout > 0 the dropped-out input is kept as well.
         inputs = sum(i for n, i, _ in arch.linear_shapes() if lora.target_modules == ["all-linear"] or n in lora.target_modules)
-        adapter_bytes = 2 if q is not None else 4
-        copies = (1 if adapter_bytes != w else 0) + (1 if lora.dropout > 0 else 0)
-        per_token_layer += copies * inputs * adapter_bytes
+        copies = (1 if param_bytes != w else 0) + (1 if lora.dropout > 0 else 0)
+        per_token_layer += copies * inputs * param_bytes
     if recipe.model.gradient_checkpointing:
         activations = T * L * h * w + T * per_token_layer
         act_formula = f"T {T} tokens x (L {L} x h {h} x {w} B checkpoints + one layer's {per_token_layer / 1e3:.1f} KB/token)"
@@ -213,20 +250,7 @@ def memory_plan(recipe: Recipe, arch: Architecture, device: str = "cuda", gpu_by
     grads = trainable * param_bytes
     terms.append(Term("gradients", grads, "training-late", f"P_t {trainable / 1e6:.2f}M x {param_bytes} B"))
 
-    terms = _per_process(terms, recipe, arch, w)
-
-    static = sum(t.bytes for t in terms if t.phase == "static")
-    generation = sum(t.bytes for t in terms if t.phase == "generation")
-    # The training peak comes either at the LM head's backward (every activation still alive, no parameter
-    # gradient yet) or at the optimizer step (every gradient, activations gone), whichever is larger.
-    at_head_backward = sum(t.bytes for t in terms if t.phase == "training")
-    at_optimizer_step = sum(t.bytes for t in terms if t.phase == "training-late")
-    training = max(at_head_backward, at_optimizer_step)
-    peak = static + max(generation, training)
-    smi = peak * (1 + ALLOCATOR_SLACK) + CUDA_CONTEXT_GIB * GIB
-    if recipe.grpo.use_vllm and gpu_bytes:
-        smi += recipe.grpo.vllm_gpu_memory_utilization * gpu_bytes
-    return Plan(arch, terms, static, generation, training, peak, smi, device, gpu_bytes)
+    return terms
 
 
 # What each strategy splits across N processes (DeepSpeed ZeRO paper, Rajbhandari et al. 2020, section 5;
@@ -262,75 +286,3 @@ def _per_process(terms: list[Term], recipe: Recipe, arch: Architecture, w: int) 
         else:
             out.append(Term("gathered layers (generation)", 2 * layer, "generation", "FSDP2 gathers layer by layer"))
     return out
-
-
-# Changes that lower memory, in order of least harm to training. Each returns overrides or None when it
-# does not apply to this recipe.
-def _candidate_changes(recipe: Recipe) -> list[tuple[str, list[str]]]:
-    out: list[tuple[str, list[str]]] = []
-    t, g = recipe.training, recipe.grpo
-    if not recipe.model.gradient_checkpointing:
-        out.append(("gradient checkpointing", ["model.gradient_checkpointing=true"]))
-    if t.optim not in ("adamw_8bit", "adamw_bnb_8bit", "paged_adamw_8bit", "sgd"):
-        out.append(("8-bit AdamW", ["training.optim=adamw_8bit"]))
-    if recipe.lora is None:
-        out.append(("LoRA instead of full fine-tuning", ["lora.r=16", "lora.alpha=32"]))
-    if recipe.quantization is None:
-        out.append(("QLoRA (4-bit base)", ([] if recipe.lora else ["lora.r=16", "lora.alpha=32"]) + ["quantization.bits=4"]))
-    b, ga = t.per_device_train_batch_size, t.gradient_accumulation_steps
-    if b % 2 == 0 and b > 1:
-        out.append(("half the micro-batch, same effective batch",
-                    [f"training.per_device_train_batch_size={b // 2}", f"training.gradient_accumulation_steps={ga * 2}"]))
-    if g.max_completion_length >= 64:
-        out.append(("shorter completions", [f"grpo.max_completion_length={g.max_completion_length // 2}"]))
-    if g.num_generations >= 4 and g.num_generations % 2 == 0 and b % 2 == 0:
-        # per_device_train_batch_size counts completions: halving the group alone would leave the batch (and the
-        # memory) as it was, with twice the prompts in it.
-        out.append(("fewer generations per prompt, same prompts per step",
-                    [f"grpo.num_generations={g.num_generations // 2}", f"training.per_device_train_batch_size={b // 2}"]))
-    return out
-
-
-def suggest(recipe: Recipe, arch: Architecture, device: str, gpu_bytes: float) -> list[tuple[str, list[str], float]]:
-    """Cheapest ways to fit: every single change that fits, else the shortest cumulative prefix that does.
-
-    Each candidate is applied to the validated recipe itself (never the YAML again) and validated like the file.
-    A change that does not lower the peak is never proposed, alone or in a combination (LoRA without gradient
-    checkpointing, for one, can hold more activations than full fine-tuning: PEFT keeps float32 copies).
-    """
-    from grpo_cli.errors import UserError
-    from grpo_cli.recipe.validation import with_overrides
-
-    def apply(overrides: list[str]) -> Recipe | None:
-        try:
-            return with_overrides(recipe, overrides)
-        except UserError:
-            return None
-
-    baseline = memory_plan(recipe, arch, device, gpu_bytes).peak_smi
-    singles, helpful = [], []
-    for label, overrides in _candidate_changes(recipe):
-        changed = apply(overrides)
-        if changed is None:
-            continue
-        plan = memory_plan(changed, arch, device, gpu_bytes)
-        if plan.peak_smi < baseline:
-            helpful.append((label, overrides))
-            if plan.fits:
-                singles.append((label, overrides, plan.peak_smi))
-    if singles:
-        return singles
-    combined: list[str] = []
-    labels: list[str] = []
-    peak = baseline
-    for label, overrides in helpful:
-        trial = apply(combined + overrides)
-        if trial is None:
-            continue
-        plan = memory_plan(trial, arch, device, gpu_bytes)
-        if plan.peak_smi >= peak:
-            continue  # helps alone, but not on top of the changes already taken
-        combined, labels, peak = combined + overrides, labels + [label], plan.peak_smi
-        if plan.fits:
-            return [(" + ".join(labels), combined, plan.peak_smi)]
-    return []

@@ -8,9 +8,20 @@ from rich.console import Console
 from rich.table import Table
 
 from grpo_cli.plan.memory import GIB, Plan
+from grpo_cli.recipe.validation import is_schema_field
+from grpo_cli.recipe.yaml_source import format_override
 
 
-def plan_json(plan: Plan, suggestions: list[tuple[str, list[str], float]], gpu_label: str | None) -> dict[str, Any]:
+def override_args(changes: dict[str, Any]) -> list[str]:
+    """Recipe changes as the `key.path=value` arguments a user adds to the command line. A key that is not a schema
+    field (a field renamed without its suggestion) is a bug: it raises instead of printing advice that cannot work."""
+    for key in changes:
+        if not is_schema_field(tuple(key.split("."))):
+            raise KeyError(f"`{key}` is not a recipe field")
+    return [format_override(key, value) for key, value in changes.items()]
+
+
+def plan_json(plan: Plan, suggestions: list[tuple[str, dict, float]], gpu_label: str | None) -> dict[str, Any]:
     return {
         "model": plan.arch.name,
         "params": plan.arch.params,
@@ -24,7 +35,7 @@ def plan_json(plan: Plan, suggestions: list[tuple[str, list[str], float]], gpu_l
         "gpu": gpu_label,
         "gpu_gib": None if plan.gpu_bytes is None else round(plan.gpu_bytes / GIB, 2),
         "fits": plan.fits,
-        "suggestions": [{"change": label, "overrides": o, "peak_nvidia_smi_gib": round(peak / GIB, 3)}
+        "suggestions": [{"change": label, "overrides": override_args(o), "peak_nvidia_smi_gib": round(peak / GIB, 3)}
                         for label, o, peak in suggestions],
     }
 
@@ -59,8 +70,8 @@ def print_plan(console: Console, plan: Plan, suggestions, gpu_label: str | None,
                   f"{(plan.peak_smi - plan.gpu_bytes) / GIB:.1f} GiB short")
     if not suggestions:
         console.print("no single change in the list makes it fit; consider a smaller model or more GPUs")
-    for label, overrides, peak in suggestions:
-        console.print(f"  {label}: {peak / GIB:.2f} GiB  ->  {command} {' '.join(overrides)}", soft_wrap=True)
+    for label, changes, peak in suggestions:
+        console.print(f"  {label}: {peak / GIB:.2f} GiB  ->  {command} {' '.join(override_args(changes))}", soft_wrap=True)
 
 
 def _gpu(label: str | None, plan: Plan) -> str:

@@ -27,9 +27,38 @@ def first_comment(path: Path) -> str:
     return ""
 
 
+def recipes_table():
+    """`grpo recipes list`: each shipped recipe and the command it opens with."""
+    from rich.table import Table
+
+    table = Table("recipe", "how to run it", box=None, pad_edge=False)
+    for name, path in shipped_recipes().items():
+        table.add_row(name, first_comment(path))
+    return table
+
+
 def find_recipe(name: str) -> Path:
     recipes = shipped_recipes()
     key = name.removesuffix(".yaml")
     if key in recipes:
         return recipes[key]
     raise UserError(f"no shipped recipe `{name}`; `grpo recipes list` shows them: {', '.join(recipes)}")
+
+
+def copy_recipe(name: str, dest: Path, force: bool = False) -> Path:
+    """Copy a shipped recipe to `dest` (a file, or an existing folder); never over a file without `force`."""
+    import shutil
+
+    from grpo_cli.files import check_writable_dir, check_writable_file
+
+    source = find_recipe(name)
+    target = dest / source.name if dest.is_dir() else dest
+    check_writable_dir(target.parent)  # a missing folder is made
+    if target.parent.exists():
+        check_writable_file(target, force)
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(source, target)
+    except OSError as exc:
+        raise UserError(f"cannot write {target}: {exc.strerror or exc}") from None
+    return target

@@ -14,23 +14,12 @@ from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator
 
 Dtype = Literal["bfloat16", "float16", "float32"]
 LossType = Literal["grpo", "bnpo", "dr_grpo", "dapo", "cispo", "sapo", "luspo", "vespo"]
-Optimizer = Literal[
-    "adamw_torch",
-    "adamw_torch_fused",
-    "adamw_8bit",
-    "adamw_bnb_8bit",
-    "paged_adamw_8bit",
-    "paged_adamw_32bit",
-    "adafactor",
-    "sgd",
-]
-Scheduler = Literal[
-    "linear", "cosine", "cosine_with_restarts", "polynomial", "constant", "constant_with_warmup", "cosine_with_min_lr"
-]
+Optimizer = Literal["adamw_torch", "adamw_torch_fused", "adamw_8bit", "adamw_bnb_8bit", "paged_adamw_8bit",
+                    "paged_adamw_32bit", "adafactor", "sgd"]
+Scheduler = Literal["linear", "cosine", "cosine_with_restarts", "polynomial", "constant", "constant_with_warmup",
+                    "cosine_with_min_lr"]
 
-DEFAULT_SYSTEM_PROMPT = (
-    "Respond in the following format:\n<reasoning>\n...\n</reasoning>\n<answer>\n...\n</answer>"
-)
+DEFAULT_SYSTEM_PROMPT = "Respond in the following format:\n<reasoning>\n...\n</reasoning>\n<answer>\n...\n</answer>"
 
 
 def generation_batch(per_device_batch: int, processes: int, steps_per_generation: int) -> int:
@@ -62,28 +51,24 @@ class ArchitectureSection(Section):
 
 
 class ModelSection(Section):
-    name: str = Field(
-        description="Hub id (Qwen/Qwen2.5-0.5B-Instruct), local model directory, or a .gguf file.", min_length=1
-    )
+    name: str = Field(description="Hub id (Qwen/Qwen2.5-0.5B-Instruct), local model directory, or a .gguf file.",
+                      min_length=1)
     dtype: Dtype = Field("bfloat16", description="Weight dtype. TRL would load float32 if none were given.")
     attn_implementation: Literal["eager", "sdpa", "flash_attention_2", "flash_attention_3", "flex_attention"] = "sdpa"
     gradient_checkpointing: bool = Field(True, description="Recompute activations in backward to save memory.")
     trust_remote_code: bool = Field(False, description="Run Python code shipped with the model. Off unless you trust it.")
     revision: str | None = Field(None, description="Hub branch, tag or commit.")
     tokenizer: str | None = Field(None, description="Tokenizer id or directory when it differs from the model's.")
-    architecture: ArchitectureSection | None = Field(
-        None, description="Shape for `grpo plan` when neither a config.json nor the built-in table has it."
-    )
+    architecture: ArchitectureSection | None = Field(None, description="Shape for `grpo plan` when neither a "
+                                                     "config.json, a .gguf header nor the built-in table has it.")
 
 
 class LoraSection(Section):
     r: int = Field(16, ge=1, le=4096, description="LoRA rank.")
     alpha: int = Field(32, ge=1, description="LoRA scaling numerator (scale = alpha / r).")
     dropout: float = Field(0.05, ge=0.0, lt=1.0)
-    target_modules: list[str] = Field(
-        default_factory=lambda: ["all-linear"],
-        description="Module names to adapt, or `all-linear` for every Linear layer except the output head.",
-    )
+    target_modules: list[str] = Field(default_factory=lambda: ["all-linear"], description="Module names to adapt, "
+                                      "or `all-linear` for every Linear layer except the output head.")
     bias: Literal["none", "all", "lora_only"] = "none"
     use_rslora: bool = False
 
@@ -119,9 +104,8 @@ class DataSection(Section):
         "`hashes` = GSM8K's `#### <number>`. `grpo eval` counts a strict-match only for answers marked this way.",
     )
     chat: bool = Field(True, description="Build chat messages (uses the tokenizer's chat template); false: plain text.")
-    max_prompt_length: int | None = Field(
-        None, ge=1, description="Drop prompts longer than this many tokens (the count dropped is reported)."
-    )
+    max_prompt_length: int | None = Field(None, ge=1, description="Drop prompts longer than this many tokens "
+                                          "(the count dropped is reported).")
     limit: int | None = Field(None, ge=1, description="Use at most this many rows (for `generated`: how many to make).")
     shuffle_seed: int | None = Field(None, description="Shuffle rows with this seed before `limit` is applied.")
     max_solution_steps: int | None = Field(
@@ -132,11 +116,10 @@ class DataSection(Section):
 
 
 class RewardSpec(Section):
-    name: str = Field(
-        min_length=1, description="Built-in name, `package.module:function`, or `path/to/file.py:function`."
-    )
+    name: str = Field(min_length=1, description="Built-in name, `package.module:function`, or `path/to/file.py:function`.")
     weight: float = 1.0
     kwargs: dict[str, Any] = Field(default_factory=dict, description="Arguments for parameterised rewards.")
+    timeout_s: float | None = Field(None, gt=0.0, description="Stop the run (with a checkpoint) when one call takes longer.")
 
 
 class GRPOSection(Section):
@@ -147,9 +130,8 @@ class GRPOSection(Section):
     epsilon: float = Field(0.2, gt=0.0, description="Lower clipping bound.")
     epsilon_high: float | None = Field(None, gt=0.0, description="Upper clipping bound (DAPO clip-higher).")
     delta: float | None = Field(None, gt=0.0, description="Two-sided clipping of the importance ratio.")
-    importance_sampling_level: Literal["token", "sequence"] | None = Field(
-        None, description="Defaults to `sequence` for luspo, `token` otherwise."
-    )
+    importance_sampling_level: Literal["token", "sequence"] | None = Field(None, description="Defaults to `sequence` "
+                                                                          "for luspo, `token` otherwise.")
     mask_truncated_completions: bool = False
     scale_rewards: Literal["group", "batch", "none"] = "group"
     temperature: float = Field(1.0, gt=0.0)
@@ -201,9 +183,8 @@ class EvalSection(Section):
     split: str = "test"
     limit: int | None = Field(None, ge=1, description="Evaluate the first N problems (the same N for every model).")
     batch_size: int = Field(16, ge=1)
-    max_new_tokens: int | None = Field(
-        None, ge=1, description="Generation budget; default 512 for `chat`, 256 (lm-eval's max_gen_toks) for `lm-eval`."
-    )
+    max_new_tokens: int | None = Field(None, ge=1, description="Generation budget; default 512 for `chat`, 256 "
+                                       "(lm-eval's max_gen_toks) for `lm-eval`.")
     protocol: Literal["chat", "lm-eval"] = Field(
         "chat",
         description="chat: zero-shot with the chat template and the training system prompt; "
@@ -236,6 +217,11 @@ class DistributedSection(Section):
     main_process_ip: str | None = None
     main_process_port: int | None = Field(None, ge=1, le=65535)
 
+    @property
+    def zero_stage(self) -> int | None:
+        """DeepSpeed ZeRO stage of the strategy (2 or 3), None for DDP and FSDP."""
+        return {"zero2": 2, "zero3": 3}.get(self.strategy)
+
 
 class Recipe(Section):
     """A whole GRPO run. Absent `lora` = full fine-tuning; `quantization` + `lora` = QLoRA."""
@@ -245,7 +231,7 @@ class Recipe(Section):
     lora: LoraSection | None = None
     quantization: QuantizationSection | None = None
     data: DataSection = Field(default_factory=DataSection)
-    rewards: list[RewardSpec] = Field(min_length=1)
+    rewards: list[RewardSpec] = Field(default_factory=list, description="Required to train; evaluation reads none.")
     grpo: GRPOSection = Field(default_factory=GRPOSection)
     training: TrainingSection = Field(default_factory=TrainingSection)
     eval: EvalSection = Field(default_factory=EvalSection)
@@ -297,6 +283,10 @@ class Recipe(Section):
     def generation_batch_per_process(self) -> int:
         """Completions each process generates at once (its KV cache holds all of them)."""
         return self.generation_batch_size // self.num_processes
+
+    def total_steps(self, rows: int) -> int:
+        """Optimizer steps the run takes over `rows` prompts: max_steps when set, else the epochs'."""
+        return self.training.max_steps if self.training.max_steps > 0 else self.optimizer_steps(rows)
 
     def optimizer_steps(self, rows: int) -> int:
         """Optimizer steps for `num_train_epochs` over `rows` prompts (max_steps = -1), as TRL counts them."""

@@ -1,66 +1,84 @@
-"""Load a recipe file (plus overrides) into a `Recipe`, or raise one `UserError` listing every problem."""
+"""Load a recipe file (plus overrides and typed options) into a `Recipe`, or raise one `UserError` listing every
+problem. What is checked beyond the schema depends on what the command reads (`SCOPES`)."""
 
 from __future__ import annotations
 
 import difflib
 import typing
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ValidationError
 
-from grpo_cli.data import LOCAL_DATA_BUILDERS
 from grpo_cli.errors import Problem, UserError
-from grpo_cli.models import model_location
+from grpo_cli.recipe.checks import path_problems, reward_problems, trl_problems
 from grpo_cli.recipe.schema import Recipe, generation_batch
-from grpo_cli.recipe.yaml_source import COMMAND_LINE, KeyPath, apply_overrides, format_path, line_of, read_yaml
+from grpo_cli.recipe.yaml_source import (
+    COMMAND_LINE, KeyPath, apply_options, apply_overrides, format_path, line_of, read_yaml,
+)
 
-LOCAL_DATA_SUFFIXES = tuple(LOCAL_DATA_BUILDERS)
+Scope = Literal["train", "preflight", "eval", "plan", "export"]
+# What each command reads, beyond the model it always names. train (and validate) checks everything.
+SCOPES: dict[str, frozenset[str]] = {
+    "train": frozenset({"data", "eval_data", "rewards", "trl", "launch"}),
+    "preflight": frozenset({"data", "rewards", "trl"}),
+    "eval": frozenset({"eval_data"}),
+    "plan": frozenset(),
+    "export": frozenset(),
+}
 
 
-def load_recipe(
-    file: str | Path | None, overrides: list[str] | None = None, check_trl: bool = True, data: dict | None = None
-) -> Recipe:
-    """Read, merge overrides, validate. Nothing heavier than pydantic is imported unless a `trl:` section exists.
+def load_recipe(file: str | Path | None, overrides: list[str] | None = None, *, options: dict[str, Any] | None = None,
+                scope: Scope = "train") -> Recipe:
+    """Read, merge `key.path=value` overrides then typed `options` (command-line flags), validate.
 
-    With `file=None`, `data` is a recipe assembled from command-line options (`grpo eval --model ...`).
-    """
+    `file=None`: a recipe made of options alone (`grpo eval --model ...`). Nothing heavier than pydantic is imported
+    unless the scope reads a `trl:` section."""
+    reads = SCOPES[scope]
     if file is None:
-        data, lines = dict(data or {}), {}
+        data, lines = {}, {}
     else:
         file = Path(file)
         data, lines = read_yaml(file)
-    overridden = apply_overrides(data, list(overrides or []))
+    written = apply_overrides(data, list(overrides or [])) | apply_options(data, options or {})
 
     def problem(path: KeyPath, message: str) -> Problem:
         # An error on an override's key, or on a section only an override named (not in the file), is the
         # command line's, not line 1 of the file's.
         from_command_line = file is None or (bool(path) and any(
-            path[: len(o)] == o or (o[: len(path)] == path and path not in lines) for o in overridden))
+            path[: len(o)] == o or (o[: len(path)] == path and path not in lines) for o in written))
         if from_command_line:
             return Problem(message, format_path(path), source=COMMAND_LINE)
         return Problem(message, format_path(path), line_of(lines, path), str(file))
 
     # Files and rewards are checked on the raw YAML so their problems are listed with the schema's.
-    found = path_problems(data) + reward_problems(data)
+    found = path_problems(data, reads) + (reward_problems(data) if "rewards" in reads else [])
     try:
         recipe = Recipe.model_validate(data)
     except ValidationError as exc:
         raise UserError([problem(path, msg) for path, msg in _translate(exc) + found]) from None
     recipe._source = file  # None: assembled from command-line options
 
+    if "rewards" in reads and not recipe.rewards:
+        found.append((("rewards",), "required key is missing: training needs at least one reward, "
+                                    "e.g. rewards: [correctness]"))
     found += cross_field_problems(recipe)
-    if check_trl and recipe.trl and not found:
+    if "trl" in reads and recipe.trl and not found:
         found += trl_problems(recipe)
     if found:
         raise UserError([problem(path, msg) for path, msg in found])
     return recipe
 
 
-def with_overrides(recipe: Recipe, overrides: list[str]) -> Recipe:
-    """The recipe with more `key.path=value` overrides, validated like a file (schema and cross-field checks)."""
+def with_changes(recipe: Recipe, changes: dict[str, Any]) -> Recipe:
+    """The recipe with `{"key.path": value}` changes, validated like a file (schema and cross-field checks).
+
+    A key that is not a schema field is a bug in the caller (a renamed field), never a user mistake: KeyError."""
+    for key in changes:
+        if not is_schema_field(tuple(key.split("."))):
+            raise KeyError(f"`{key}` is not a recipe field")
     data = recipe.model_dump(mode="json")
-    apply_overrides(data, overrides)
+    apply_options(data, changes)
     try:
         changed = Recipe.model_validate(data)
     except ValidationError as exc:
@@ -70,6 +88,10 @@ def with_overrides(recipe: Recipe, overrides: list[str]) -> Recipe:
     if problems:
         raise UserError([Problem(msg, format_path(path), source=COMMAND_LINE) for path, msg in problems])
     return changed
+
+
+def is_schema_field(path: KeyPath) -> bool:
+    return bool(path) and path[-1] in _valid_keys(path[:-1])
 
 
 # ---------------------------------------------------------------- pydantic errors -> user messages
@@ -161,7 +183,7 @@ def _distributed_problems(recipe: Recipe) -> list[tuple[KeyPath, str]]:
         out.append((("distributed", "machine_rank"), f"must be below distributed.num_machines ({d.num_machines})"))
     if d.num_machines > 1 and not d.main_process_ip and not d.accelerate_config:
         out.append((("distributed", "main_process_ip"), "several machines need the address of machine 0"))
-    if d.strategy in ("zero2", "zero3") and recipe.quantization is not None:
+    if d.zero_stage is not None and recipe.quantization is not None:
         out.append((("distributed", "strategy"), "DeepSpeed ZeRO does not shard bitsandbytes-quantized weights; "
                     "use distributed.strategy=ddp for QLoRA, or drop `quantization`"))
     return out
@@ -205,155 +227,3 @@ def _nearest(value: int, ok, limit: int = 4096) -> list[int]:
     above = next((v for v in range(value + 1, value + limit) if ok(v)), None)
     found = [v for v in (below, above) if v is not None]
     return sorted(found, key=lambda v: abs(v - value))
-
-
-# ---------------------------------------------------------------- files, rewards, trl passthrough
-
-
-def looks_like_path(name: str) -> bool:
-    """A hub id is `org/name`; anything with a file suffix or an explicit relative/absolute prefix is a path."""
-    return name.startswith(("/", "./", "../", "~")) or name.endswith((".gguf", *LOCAL_DATA_SUFFIXES)) or name.count("/") > 1
-
-
-def _string_at(data: Any, *path: str) -> str | None:
-    for key in path:
-        data = data.get(key) if isinstance(data, dict) else None
-    return data if isinstance(data, str) else None
-
-
-def path_problems(data: dict[str, Any]) -> list[tuple[KeyPath, str]]:
-    """Model and data files named in the (raw) recipe must exist."""
-    out: list[tuple[KeyPath, str]] = []
-    name = _string_at(data, "model", "name")
-    if name:
-        try:
-            model = Path(model_location(name))
-        except UserError as exc:
-            model = None
-            out.append((("model", "name"), exc.problems[0].message))
-        if model is None:
-            pass
-        elif model.is_dir() and not (model / "config.json").exists():
-            out.append((("model", "name"), f"{model} is a directory without config.json, so not a model directory"))
-        elif not model.exists() and looks_like_path(name):
-            out.append((("model", "name"), f"no such model file or directory: {model} (relative paths start at {Path.cwd()})"))
-
-    config = _string_at(data, "distributed", "accelerate_config")
-    if config and not Path(config).expanduser().is_file():
-        out.append((("distributed", "accelerate_config"), f"accelerate config file not found: {config} "
-                    "(write one with `accelerate config`, or drop it to use distributed.strategy)"))
-    for key in (("data", "source"), ("eval", "source"), ("eval", "fewshot_source")):
-        source = _string_at(data, *key)
-        if not source:
-            continue
-        path = Path(source).expanduser()
-        if looks_like_path(source) and not path.exists():
-            out.append((key, f"data file not found: {path} (relative paths start at {Path.cwd()})"))
-        elif path.is_file() and path.suffix not in LOCAL_DATA_SUFFIXES:
-            out.append((key, f"unsupported data file type {path.suffix!r}; use one of {', '.join(LOCAL_DATA_SUFFIXES)}"))
-        elif path.is_file():
-            section = data.get(key[0]) if isinstance(data.get(key[0]), dict) else {}
-            if key == ("data", "source"):
-                needed = [section.get("prompt_column", "question"), section.get("answer_column", "answer")]
-            else:  # evaluation reads GSM8K's fields
-                needed = ["question", "answer"]
-            problem = data_file_problem(path, [c for c in needed if isinstance(c, str)])
-            if problem and "field" in problem and key == ("data", "source"):
-                problem += "; name yours with data.prompt_column / data.answer_column"
-            if problem:
-                out.append((key, problem))
-    return out
-
-
-def data_file_problem(path: Path, columns: list[str]) -> str | None:
-    """Why a local data file cannot feed training or evaluation (empty, not JSON Lines, missing columns), or None.
-
-    Reads at most the first rows, so a large dataset is checked in milliseconds."""
-    import csv
-    import json
-
-    try:
-        if path.stat().st_size == 0:
-            return f"{path} is empty"
-        if path.suffix == ".parquet":
-            import pyarrow.parquet as pq
-
-            names = pq.read_schema(path).names
-        elif path.suffix == ".csv":
-            with open(path, encoding="utf-8", newline="") as handle:
-                names = next(csv.reader(handle), [])
-        elif path.suffix == ".jsonl":
-            names = None
-            with open(path, "rb") as handle:
-                for number, raw in enumerate(handle, start=1):
-                    if not raw.strip():
-                        continue
-                    try:
-                        row = json.loads(raw)
-                    except ValueError:
-                        return f"line {number} of {path} is not JSON (JSON Lines: one object per line)"
-                    if not isinstance(row, dict):
-                        return f"line {number} of {path} is not a JSON object"
-                    names = list(row) if names is None else names
-                    if number >= 20:
-                        break
-            if names is None:
-                return f"{path} holds no rows"
-        else:  # .json: one array of objects, or datasets' {"data": [...]} layout; too varied to sniff cheaply
-            return None
-    except (OSError, UnicodeDecodeError) as exc:
-        return f"cannot read {path}: {exc}"
-    except Exception as exc:  # pyarrow's errors for a file that is not parquet
-        return f"cannot read {path}: {type(exc).__name__}: {str(exc)[:200]}"
-    missing = [c for c in columns if c not in names]
-    if missing:
-        return f"{path} has no `{missing[0]}` field (it has: {', '.join(map(str, names)) or 'none'})"
-    return None
-
-
-def reward_problems(data: dict[str, Any]) -> list[tuple[KeyPath, str]]:
-    """Every reward must resolve to a callable, with its kwargs accepted."""
-    from rewards.registry import RewardLookupError, resolve_reward
-
-    specs = data.get("rewards")
-    out: list[tuple[KeyPath, str]] = []
-    for index, spec in enumerate(specs if isinstance(specs, list) else []):
-        spec = {"name": spec} if isinstance(spec, str) else spec
-        if not isinstance(spec, dict) or not isinstance(spec.get("name"), str):
-            continue  # the schema reports the shape problem
-        kwargs = spec.get("kwargs") or {}
-        try:
-            resolve_reward(spec["name"], kwargs if isinstance(kwargs, dict) else {})
-        except RewardLookupError as exc:
-            out.append((("rewards", index, exc.field), str(exc)))
-    return out
-
-
-def trl_problems(recipe: Recipe) -> list[tuple[KeyPath, str]]:
-    """Check the passthrough section against GRPOConfig itself: field names, then the values by building one."""
-    import dataclasses
-    import tempfile
-
-    from grpo_cli.train.config import grpo_config_kwargs
-
-    import torch
-    from trl import GRPOConfig
-
-    names = [f.name for f in dataclasses.fields(GRPOConfig)]
-    first_class = grpo_config_kwargs(recipe.model_copy(update={"trl": {}}), Path("."))
-    out: list[tuple[KeyPath, str]] = []
-    for key in recipe.trl:
-        if key not in names:
-            close = difflib.get_close_matches(key, names, n=1, cutoff=0.6)
-            hint = f"; did you mean `{close[0]}`?" if close else ""
-            out.append((("trl", key), f"`{key}` is not a GRPOConfig field in the installed trl{hint}"))
-        elif key in first_class:
-            out.append((("trl", key), f"`{key}` is set by the recipe's own sections; set it there instead of under trl:"))
-    if out:
-        return out
-    with tempfile.TemporaryDirectory() as tmp:
-        try:
-            GRPOConfig(**grpo_config_kwargs(recipe, Path(tmp), on_cpu=not torch.cuda.is_available()))
-        except (ValueError, TypeError) as exc:
-            out.append((("trl",), f"GRPOConfig rejects these settings: {exc}"))
-    return out

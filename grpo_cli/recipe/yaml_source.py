@@ -41,29 +41,57 @@ def read_yaml(file: Path) -> tuple[dict[str, Any], dict[KeyPath, int]]:
     except RecursionError:
         raise UserError([Problem(f"nested too deeply to be a recipe (over {MAX_DEPTH} levels)", source=source)]) from None
     _check_size(node, source)  # the composed graph shares aliased nodes; expanding it is what must stay bounded
-    data = _construct(node)
+    _check_keys(node, source)
+    lines: dict[KeyPath, int] = {}
+    duplicates: list[Problem] = []
+    _collect_lines(node, (), lines, duplicates, source)  # before construction, which flattens merge keys in place
+    if duplicates:
+        raise UserError(duplicates)
+    data = _construct(node, source)
     if data is None:
         raise UserError([Problem("the recipe is empty; start from `grpo recipes cp demo my.yaml`", source=source)])
     if not isinstance(data, dict):
         line = node.start_mark.line + 1 if node is not None else None
         raise UserError([Problem("the recipe must be a mapping of sections (model:, data:, ...)", line=line, source=source)])
-    lines: dict[KeyPath, int] = {}
-    duplicates: list[Problem] = []
-    _collect_lines(node, (), lines, duplicates, source)
-    if duplicates:
-        raise UserError(duplicates)
     return data, lines
 
 
-def _construct(node: yaml.Node | None) -> Any:
-    """Python objects from the already composed (and size-checked) node graph, with safe_load's constructors."""
+def _construct(node: yaml.Node | None, source: str) -> Any:
+    """Python objects from the already composed (and size-checked) node graph, with safe_load's constructors.
+
+    Tags safe_load cannot build (`!!python/...`, unknown `!tags`) are refused here, never run."""
     if node is None:
         return None
     loader = yaml.SafeLoader("")
     try:
         return loader.construct_document(node)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None) or getattr(exc, "context_mark", None)
+        reason = getattr(exc, "problem", None) or str(exc)
+        raise UserError([Problem(f"cannot build this value ({reason}); a recipe holds plain strings, numbers, "
+                                 "booleans, lists and mappings, without tags", line=mark.line + 1 if mark else None,
+                                 source=source)]) from None
     finally:
         loader.dispose()
+
+
+def _check_keys(root: yaml.Node | None, source: str) -> None:
+    """Keys must be plain scalars: a list or a mapping used as a key cannot name a recipe field."""
+    stack, seen = [root] if root is not None else [], set()
+    while stack:
+        node = stack.pop()
+        if id(node) in seen:  # aliases share nodes; _check_size already bounded the walk
+            continue
+        seen.add(id(node))
+        if isinstance(node, yaml.MappingNode):
+            for key, value in node.value:
+                if not isinstance(key, yaml.ScalarNode):
+                    kind = "list" if isinstance(key, yaml.SequenceNode) else "mapping"
+                    raise UserError([Problem(f"a {kind} is used as a key; keys are plain names such as `model`",
+                                             line=key.start_mark.line + 1, source=source)])
+                stack.append(value)
+        elif isinstance(node, yaml.SequenceNode):
+            stack.extend(node.value)
 
 
 def _read_text(file: Path, source: str) -> str:
@@ -139,10 +167,17 @@ def _check_size(root: yaml.Node | None, source: str) -> None:
         stack.extend((child, depth + 1, inner) for child in children)
 
 
+MERGE_TAG = "tag:yaml.org,2002:merge"
+
+
 def _collect_lines(node: yaml.Node, path: KeyPath, lines: dict, duplicates: list, source: str) -> None:
     if isinstance(node, yaml.MappingNode):
         seen: set = set()
+        merged: list[yaml.Node] = []
         for key_node, value_node in node.value:
+            if key_node.tag == MERGE_TAG:  # `<<: *defaults`: keys written beside it override the merged ones
+                merged += value_node.value if isinstance(value_node, yaml.SequenceNode) else [value_node]
+                continue
             key = key_node.value
             child = (*path, key)
             if key in seen:
@@ -153,6 +188,11 @@ def _collect_lines(node: yaml.Node, path: KeyPath, lines: dict, duplicates: list
             seen.add(key)
             lines[child] = key_node.start_mark.line + 1
             _collect_lines(value_node, child, lines, duplicates, source)
+        for mapping in merged:  # merged keys are located at the anchor, unless written here too
+            found: dict[KeyPath, int] = {}
+            _collect_lines(mapping, path, found, [], source)
+            for key_path, line in found.items():
+                lines.setdefault(key_path, line)
     elif isinstance(node, yaml.SequenceNode):
         for index, item in enumerate(node.value):
             child = (*path, index)
@@ -189,19 +229,41 @@ def apply_overrides(data: dict[str, Any], overrides: list[str]) -> set[KeyPath]:
     written: set[KeyPath] = set()
     for item in overrides:
         path, value = parse_override(item)
-        target: Any = data
-        for depth, part in enumerate(path[:-1]):
-            nxt = _child(target, part)
-            if nxt is None:
-                nxt = {}
-                _set_child(target, part, nxt, item)
-            elif not isinstance(nxt, (dict, list)):
-                where = format_path(path[: depth + 1])
-                raise UserError([Problem(f"override {item!r}: {where} is a value, not a section", where, source=COMMAND_LINE)])
-            target = nxt
-        _set_child(target, path[-1], value, item)
+        set_at(data, path, value, item)
         written.add(path)
     return written
+
+
+def apply_options(data: dict[str, Any], options: dict[str, Any]) -> set[KeyPath]:
+    """Typed values from command-line flags (`{"eval.limit": 50}`), set as they are: nothing is parsed again.
+    None means the flag was not given."""
+    written: set[KeyPath] = set()
+    for key, value in options.items():
+        if value is not None:
+            path: KeyPath = tuple(key.split("."))
+            set_at(data, path, value, f"{key}={value}")
+            written.add(path)
+    return written
+
+
+def set_at(data: dict[str, Any], path: KeyPath, value: Any, item: str) -> None:
+    """Set `value` at `path`, creating missing sections; `item` names the override in errors."""
+    target: Any = data
+    for depth, part in enumerate(path[:-1]):
+        nxt = _child(target, part)
+        if nxt is None:
+            nxt = {}
+            _set_child(target, part, nxt, item)
+        elif not isinstance(nxt, (dict, list)):
+            where = format_path(path[: depth + 1])
+            raise UserError([Problem(f"override {item!r}: {where} is a value, not a section", where, source=COMMAND_LINE)])
+        target = nxt
+    _set_child(target, path[-1], value, item)
+
+
+def format_override(key: str, value: Any) -> str:
+    """`("training.max_steps", 20)` -> `training.max_steps=20`, as a user would type it (YAML booleans)."""
+    return f"{key}={str(value).lower() if isinstance(value, bool) else value}"
 
 
 def _child(container: Any, part: str | int) -> Any:

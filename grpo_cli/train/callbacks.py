@@ -13,7 +13,7 @@ from typing import Any, Callable
 
 from transformers import TrainerCallback
 
-from grpo_cli.answers import completion_text
+from grpo_cli.train.reward_guard import GuardedReward
 from grpo_cli.train.run_dir import METRICS_FILE, SAMPLES_FILE
 
 
@@ -28,38 +28,11 @@ def peak_memory_gb() -> tuple[float, str]:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / scale, "cpu_peak_rss"
 
 
-class CompletionRecorder:
-    """Wraps the first reward function to keep the latest batch of (prompt, completion, reward) for samples.
-
-    Uses only the public reward contract, so TRL's internals can change under it.
-    """
-
-    def __init__(self, func: Callable[..., Any]):
-        self.func = func
-        self.__name__ = getattr(func, "__name__", "reward")
-        self.latest: list[dict[str, Any]] = []
-
-    def __call__(self, prompts=None, completions=None, completion_ids=None, **columns):
-        scores = self.func(prompts=prompts, completions=completions, completion_ids=completion_ids, **columns)
-        answers = columns.get("answer") or [None] * len(completions or [])
-        self.latest = [
-            {"prompt": _last_user_message(p), "completion": completion_text(c), "answer": a, self.__name__: s}
-            for p, c, a, s in zip(prompts or [], completions or [], answers, scores)
-        ]
-        return scores
-
-
-def _last_user_message(prompt: Any) -> str:
-    if isinstance(prompt, list) and prompt:
-        return str(prompt[-1].get("content", ""))
-    return str(prompt)
-
-
 class MetricsCallback(TrainerCallback):
     """One JSON line per logging step, plus a few completion samples; also feeds the progress display."""
 
     def __init__(self, run_dir: Path, completions_per_step: int, generation_batch: int,
-                 recorder: CompletionRecorder | None, on_metrics: Callable[[dict], None]):
+                 recorder: GuardedReward | None, on_metrics: Callable[[dict], None]):
         self.metrics_path = run_dir / METRICS_FILE
         self.samples_path = run_dir / SAMPLES_FILE
         self.completions_per_step = completions_per_step
@@ -108,10 +81,16 @@ def _finite(value: Any) -> Any:
 
 
 class InterruptCallback(TrainerCallback):
-    """Ctrl-C or SIGTERM: finish the current step, save a checkpoint, stop cleanly (then `--resume`)."""
+    """Ctrl-C or SIGTERM: finish the current step, save a checkpoint, stop cleanly (then `--resume`).
+
+    A second Ctrl-C aborts at once, except while a checkpoint is being written: then it waits for the save (a third
+    one aborts anyway: a half-written checkpoint lacks trainer_state.json, which the Trainer writes last, and
+    `--resume` passes it by)."""
 
     def __init__(self):
         self.requested = False
+        self.saving = False
+        self.presses = 0
         self._previous: dict[int, Any] = {}
 
     def install(self) -> None:
@@ -123,6 +102,10 @@ class InterruptCallback(TrainerCallback):
             signal.signal(sig, handler)
 
     def _handle(self, signum, frame) -> None:
+        self.presses += 1
+        if self.requested and self.saving and self.presses == 2:
+            print("\nwriting the checkpoint; it takes a moment (Ctrl-C again to abort without it)...", file=sys.stderr)
+            return
         if self.requested:  # a second Ctrl-C means "now"
             raise KeyboardInterrupt
         self.requested = True
@@ -132,3 +115,7 @@ class InterruptCallback(TrainerCallback):
         if self.requested:
             control.should_save = True
             control.should_training_stop = True
+        self.saving = bool(control.should_save)
+
+    def on_save(self, args, state, control, **kwargs):
+        self.saving = False

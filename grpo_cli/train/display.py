@@ -8,6 +8,7 @@ from rich.console import Console
 from rich.table import Table
 
 from grpo_cli.progress import progress_bar
+from grpo_cli.train.run_dir import headline_keys
 
 SHOWN = (("reward", "reward"), ("kl", "kl"), ("completions/mean_length", "len"), ("loss", "loss"))
 
@@ -53,8 +54,7 @@ class TrainingDisplay:
         if not self.history:
             return table
         first, last = self.history[0], self.history[-1]
-        keys = ["reward"] + sorted(k for k in last if k.startswith("rewards/") and k.endswith("/mean"))
-        keys += ["kl", "completions/mean_length", "loss", "step_time_s", "peak_memory_gb"]
+        keys = headline_keys(last) + ["loss", "step_time_s", "peak_memory_gb"]
         for key in keys:
             if key in last:
                 table.add_row(key, _fmt(first.get(key)), _fmt(last.get(key)))

@@ -1,7 +1,7 @@
 """Several processes: `grpo train` relaunches itself through `accelerate launch` (DDP, FSDP, DeepSpeed ZeRO).
 
-The engine is accelerate's; this module only writes its config from `distributed.strategy` (the same keys as
-`accelerate config` writes and as TRL's examples/accelerate_configs use) and builds the launch command.
+The engine is accelerate's; this module only picks TRL's shipped config for `distributed.strategy`, sets the run's
+own keys on it, and builds the launch command.
 """
 
 from __future__ import annotations
@@ -39,59 +39,41 @@ def check_engine(recipe: Recipe) -> None:
 
     from grpo_cli.errors import UserError
 
-    if recipe.distributed.accelerate_config is None and recipe.distributed.strategy in ("zero2", "zero3") \
+    if recipe.distributed.accelerate_config is None and recipe.distributed.zero_stage is not None \
             and importlib.util.find_spec("deepspeed") is None:
         raise UserError("DeepSpeed is not installed: `pip install deepspeed` (or pip install -e \".[deepspeed]\"), "
                         "or use distributed.strategy=fsdp", path="distributed.strategy")
 
 
+# TRL ships one accelerate config per strategy (trl/accelerate_configs/, the files its docs launch with).
+TRL_CONFIGS = {"ddp": "multi_gpu", "fsdp": "fsdp2", "zero2": "zero2", "zero3": "zero3"}
+
+
 def accelerate_config(recipe: Recipe, on_cpu: bool) -> dict[str, Any]:
-    """An accelerate config for the recipe's strategy (what `accelerate config` would write)."""
+    """TRL's shipped accelerate config for the recipe's strategy, with this run's keys set on top.
+
+    On CPU the ranks still start through the torchrun-based launcher (accelerate's own CPU mode needs mpirun); each
+    rank then runs on the CPU over gloo (GRPOConfig use_cpu=True, ddp_backend=gloo), in float32 mixed precision."""
+    import importlib.util
+
+    from grpo_cli.errors import UserError
+
     d = recipe.distributed
+    spec = importlib.util.find_spec("trl")
+    path = Path(list(spec.submodule_search_locations)[0]) / "accelerate_configs" / f"{TRL_CONFIGS[d.strategy]}.yaml"
+    if not path.is_file():
+        from importlib.metadata import version
+
+        raise UserError(f"the installed trl {version('trl')} ships no {path.name} accelerate config; write your own "
+                        "with `accelerate config` and set distributed.accelerate_config", path="distributed.strategy")
+    config = yaml.safe_load(path.read_text(encoding="utf-8"))
     mixed = {"bfloat16": "bf16", "float16": "fp16"}.get(recipe.model.dtype, "no")
-    config: dict[str, Any] = {
-        "compute_environment": "LOCAL_MACHINE",
-        "debug": False,
-        # On CPU the ranks still start through the torchrun-based launcher (accelerate's own CPU mode needs
-        # mpirun); each rank then runs on the CPU over gloo (GRPOConfig use_cpu=True, ddp_backend=gloo).
-        "distributed_type": "MULTI_GPU",
-        "downcast_bf16": "no",
-        "machine_rank": d.machine_rank,
-        "main_training_function": "main",
-        "mixed_precision": "no" if on_cpu else mixed,
-        "num_machines": d.num_machines,
-        "num_processes": d.num_processes,
-        "rdzv_backend": "static",
-        "same_network": True,
-        "tpu_env": [],
-        "tpu_use_cluster": False,
-        "tpu_use_sudo": False,
-        "use_cpu": False,
-    }
+    config.update(num_processes=d.num_processes, num_machines=d.num_machines, machine_rank=d.machine_rank,
+                  mixed_precision="no" if on_cpu else mixed)
     if d.main_process_ip:
         config["main_process_ip"] = d.main_process_ip
     if d.main_process_port:
         config["main_process_port"] = d.main_process_port
-    if d.strategy in ("zero2", "zero3"):
-        config["distributed_type"] = "DEEPSPEED"
-        config["deepspeed_config"] = {
-            "deepspeed_multinode_launcher": "standard",
-            "offload_optimizer_device": "none",
-            "offload_param_device": "none",
-            "zero_stage": 3 if d.strategy == "zero3" else 2,
-            **({"zero3_init_flag": True, "zero3_save_16bit_model": True} if d.strategy == "zero3" else {}),
-        }
-    elif d.strategy == "fsdp":
-        config["distributed_type"] = "FSDP"
-        config["fsdp_config"] = {
-            "fsdp_version": 2,
-            "fsdp_auto_wrap_policy": "TRANSFORMER_BASED_WRAP",
-            "fsdp_activation_checkpointing": False,  # the model's own gradient checkpointing is used
-            "fsdp_cpu_ram_efficient_loading": True,
-            "fsdp_offload_params": False,
-            "fsdp_reshard_after_forward": True,
-            "fsdp_state_dict_type": "FULL_STATE_DICT",  # the final model is saved whole, loadable anywhere
-        }
     return config
 
 

@@ -8,17 +8,25 @@ from grpo_cli.errors import UserError
 from grpo_cli.train.run_dir import FINAL_DIR, RECIPE_FILE
 
 
-def merge_lora_run(run_dir: Path, output: Path) -> Path:
-    from peft import PeftModel
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
+def merge_lora_run(run_dir: Path, output: Path, force: bool = False) -> Path:
+    """Check the run and the output folder (before any weight loads), then merge and save."""
+    from grpo_cli.files import check_writable_dir
     from grpo_cli.models import is_lora_adapter, pretrained_kwargs, resolve_model_path
     from grpo_cli.recipe.validation import load_recipe
 
     adapter = run_dir / FINAL_DIR
     if not is_lora_adapter(adapter):
         raise UserError(f"{adapter} holds no LoRA adapter: only finished LoRA/QLoRA runs can be merged")
-    recipe = load_recipe(run_dir / RECIPE_FILE, check_trl=False)
+    if output.exists() and not output.is_dir():
+        raise UserError(f"{output} is a file; --merge names a folder to create")
+    if output.is_dir() and any(output.iterdir()) and not force:
+        raise UserError(f"{output} already exists and is not empty; pass --force or choose another directory")
+    check_writable_dir(output)
+    recipe = load_recipe(run_dir / RECIPE_FILE, scope="export")
+
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
     # QLoRA trained against a quantized base; the merged model is written in the unquantized compute dtype.
     base = AutoModelForCausalLM.from_pretrained(resolve_model_path(recipe.model.name), **pretrained_kwargs(recipe))
     merged = PeftModel.from_pretrained(base, str(adapter)).merge_and_unload()

@@ -10,8 +10,9 @@ import json
 from pathlib import Path
 from typing import Any
 
+from grpo_cli.files import read_jsonl
 from grpo_cli.recipe.schema import Recipe
-from grpo_cli.train.run_dir import FINAL_DIR, METRICS_FILE
+from grpo_cli.train.run_dir import FINAL_DIR, METRICS_FILE, headline_keys
 
 CARD_FILE = "README.md"
 
@@ -27,7 +28,7 @@ def write_model_card(run_dir: Path, recipe: Recipe) -> Path:
 
 
 def render_card(run_dir: Path, recipe: Recipe) -> str:
-    metrics = _read_jsonl(run_dir / METRICS_FILE)
+    metrics = read_jsonl(run_dir / METRICS_FILE, required=("step",)).rows
     finished = (run_dir / FINAL_DIR).is_dir()
     lines = [
         "---",
@@ -61,8 +62,7 @@ def render_card(run_dir: Path, recipe: Recipe) -> str:
     if metrics:
         lines += ["", "## Metrics (first and last logged step)", "", "| metric | first | last |", "|---|---|---|"]
         first, last = metrics[0], metrics[-1]
-        keys = ["reward"] + sorted(k for k in last if k.startswith("rewards/") and k.endswith("/mean"))
-        keys += ["kl", "completions/mean_length", "completions/clipped_ratio", "step_time_s"]
+        keys = headline_keys(last) + ["completions/clipped_ratio", "step_time_s"]
         lines += [f"| {key} | {_number(first.get(key))} | {_number(last.get(key))} |" for key in keys if key in last]
     lines += _evaluations(run_dir)
     lines += [
@@ -147,12 +147,6 @@ def _load_snippet(run_dir: Path, recipe: Recipe) -> list[str]:
             f'base = AutoModelForCausalLM.from_pretrained("{base}", dtype="auto")',
             f'model = PeftModel.from_pretrained(base, "{final}")',
             f'tokenizer = AutoTokenizer.from_pretrained("{final}")']
-
-
-def _read_jsonl(path: Path) -> list[dict[str, Any]]:
-    if not path.exists():
-        return []
-    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
 
 
 def _number(value: Any) -> str:

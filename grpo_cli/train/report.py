@@ -2,35 +2,41 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from grpo_cli.errors import UserError
-from grpo_cli.train.run_dir import METRICS_FILE
+from grpo_cli.files import check_writable_file, read_jsonl
+from grpo_cli.train.run_dir import METRICS_FILE, reward_keys
 
 REPORT_FILE = "report.png"
 
 
-def read_metrics(run_dir: Path) -> list[dict]:
+def read_metrics(run_dir: Path, warn=None) -> list[dict]:
+    """The logged steps; lines a killed run leaves (cut short, stray, without `step`) are skipped and `warn`ed."""
     path = run_dir / METRICS_FILE
     if not path.exists():
         raise UserError(f"{path} not found: is {run_dir} a run directory written by `grpo train`?")
-    rows = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
-    if not rows:
-        raise UserError(f"{path} is empty: the run logged no step yet")
-    return rows
+    read = read_jsonl(path, required=("step",))
+    if read.skipped and warn:
+        lines = ", ".join(map(str, read.skipped[:5])) + (" ..." if len(read.skipped) > 5 else "")
+        warn(f"skipped {len(read.skipped)} line(s) of {path} that are not logged steps (line {lines})")
+    if not read.rows:
+        raise UserError(f"{path} holds no logged step yet")
+    return read.rows
 
 
-def plot_run(run_dir: Path, output: Path | None = None) -> Path:
+def plot_run(run_dir: Path, output: Path | None = None, warn=None) -> Path:
     """Write the PNG (reward total and per reward; KL when beta > 0; completion length) and return its path."""
+    rows = read_metrics(run_dir, warn)
+    output = output or run_dir / REPORT_FILE
+    check_writable_file(output, force=True)  # the report is ours to redraw; a missing folder is the user's to fix
     import matplotlib
 
     matplotlib.use("Agg")  # files only; never needs a display
     import matplotlib.pyplot as plt
 
-    rows = read_metrics(run_dir)
     steps = [r["step"] for r in rows]
-    per_reward = sorted({k for r in rows for k in r if k.startswith("rewards/") and k.endswith("/mean")})
+    per_reward = reward_keys({k for r in rows for k in r})
     panels = [("reward", ["reward", *per_reward])]
     if any(r.get("kl") is not None for r in rows):
         panels.append(("KL to reference", ["kl"]))
@@ -51,7 +57,6 @@ def plot_run(run_dir: Path, output: Path | None = None) -> Path:
     axes[-1, 0].set_xlabel("step")
     fig.suptitle(run_dir.name)
     fig.tight_layout()
-    output = output or run_dir / REPORT_FILE
     fig.savefig(output, dpi=110)
     plt.close(fig)
     return output

@@ -1,8 +1,12 @@
-"""The run directory: what a run writes, and the rule that an existing run is resumed or left alone."""
+"""The run directory: what a run writes, which checkpoint is whole, and the rule that an existing run is resumed or
+left alone."""
 
 from __future__ import annotations
 
+import json
 import re
+import shutil
+from dataclasses import dataclass
 from pathlib import Path
 
 import yaml
@@ -14,36 +18,162 @@ RECIPE_FILE = "recipe.yaml"
 METRICS_FILE = "metrics.jsonl"
 SAMPLES_FILE = "samples.jsonl"
 FINAL_DIR = "final"
+# Everything `grpo train`, `grpo eval --run`, `grpo report` and TRL write into a run directory.
+OWN_NAMES = {RECIPE_FILE, METRICS_FILE, SAMPLES_FILE, FINAL_DIR, "README.md", "report.png", "eval", "runs",
+             "accelerate_config.yaml", "launch_recipe.yaml"}
 _CHECKPOINT = re.compile(r"^checkpoint-(\d+)$")
 
 
+def reward_keys(keys) -> list[str]:
+    """TRL's per-reward metrics (`rewards/<name>/mean`) among `keys`, sorted."""
+    return sorted({k for k in keys if k.startswith("rewards/") and k.endswith("/mean")})
+
+
+def headline_keys(row: dict) -> list[str]:
+    """The metrics a person looks at first: total reward, each reward, KL, completion length."""
+    return ["reward", *reward_keys(row), "kl", "completions/mean_length"]
+
+
 def checkpoints(run_dir: Path) -> list[Path]:
-    """Checkpoints in step order."""
+    """Checkpoints in step order (whole or not)."""
     found = [p for p in run_dir.glob("checkpoint-*") if p.is_dir() and _CHECKPOINT.match(p.name)]
     return sorted(found, key=lambda p: int(_CHECKPOINT.match(p.name).group(1)))
 
 
-def prepare_run_dir(recipe: Recipe, resume: bool) -> Path | None:
-    """Create the run directory, or find the checkpoint to resume from. Never overwrites a previous run."""
-    run_dir = recipe.output_dir
-    existing = run_dir.exists() and any(run_dir.iterdir())
-    if resume:
-        found = checkpoints(run_dir) if run_dir.exists() else []
-        if not found:
-            raise UserError(
-                f"nothing to resume in {run_dir}: no checkpoint-* folder; run without --resume to start",
-                path="training.output_dir",
-            )
-        return found[-1]
-    if existing:
-        raise UserError(
-            f"{run_dir} already holds a run; continue it with --resume, or choose another directory "
-            f"(training.output_dir=runs/new_name or name=new_name)",
-            path="training.output_dir",
-        )
-    run_dir.mkdir(parents=True, exist_ok=True)
-    write_resolved_recipe(recipe, run_dir / RECIPE_FILE)
+def checkpoint_problem(folder: Path) -> str | None:
+    """Why a checkpoint cannot be resumed from (an interrupted save, a damaged file), or None when it is whole."""
+    # The Trainer writes trainer_state.json after the weights, optimizer and RNG states: without it the save stopped.
+    state = folder / "trainer_state.json"
+    if not state.is_file():
+        return "no trainer_state.json (its save was interrupted)"
+    try:
+        json.loads(state.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return "trainer_state.json is cut short or damaged"
+    weights = [p for p in folder.iterdir() if p.suffix in (".safetensors", ".bin") and p.name != "training_args.bin"
+               and not p.name.startswith(("optimizer", "scheduler", "rng_state"))]
+    if not weights and not any(folder.glob("global_step*")):
+        return "no model weights"
+    for file in weights:
+        if file.suffix == ".safetensors" and not _safetensors_whole(file):
+            return f"{file.name} is cut short or damaged"
+    if not (folder / "optimizer.pt").is_file() and not any(folder.glob("global_step*")):
+        return "no optimizer.pt (its save was interrupted)"
     return None
+
+
+def _safetensors_whole(file: Path) -> bool:
+    """The header parses and the file holds every byte the header promises."""
+    import struct
+
+    try:
+        with open(file, "rb") as handle:
+            (size,) = struct.unpack("<Q", handle.read(8))
+            header = json.loads(handle.read(size))
+        end = max((v["data_offsets"][1] for k, v in header.items() if k != "__metadata__"), default=0)
+        return file.stat().st_size >= 8 + size + end
+    except (OSError, ValueError, struct.error, KeyError, TypeError):
+        return False
+
+
+def newest_complete(run_dir: Path) -> tuple[Path | None, list[str]]:
+    """The newest checkpoint that can be resumed from, and one line for each newer one skipped (with why)."""
+    skipped = []
+    for folder in reversed(checkpoints(run_dir)):
+        problem = checkpoint_problem(folder)
+        if problem is None:
+            return folder, skipped
+        skipped.append(f"skipped {folder.name}: {problem}")
+    return None, skipped
+
+
+# Resuming restores weights and optimizer states shaped by these: a checkpoint cannot follow a change to them.
+SHAPE_KEYS = ("model.name", "lora", "lora.r", "lora.target_modules", "quantization", "quantization.bits")
+
+
+@dataclass
+class RunStart:
+    checkpoint: Path | None  # resume from here; None: from the first step
+    notes: list[str]
+
+
+def prepare_run_dir(recipe: Recipe, resume: bool) -> RunStart:
+    """Create the run directory, or find the checkpoint to resume from. Never writes over a previous run or over
+    files the tool did not write; a run that never saved a whole checkpoint starts again, with or without --resume."""
+    run_dir = recipe.output_dir
+    _check_location(run_dir)
+    foreign = sorted(p.name for p in run_dir.iterdir() if not _ours(p)) if run_dir.is_dir() else []
+    if foreign:
+        raise UserError(f"{run_dir} holds files grpo train did not write ({', '.join(foreign[:3])}); choose another "
+                        "training.output_dir (or name=...)", path="training.output_dir")
+    checkpoint, notes = newest_complete(run_dir) if run_dir.is_dir() else (None, [])
+    finished = (run_dir / FINAL_DIR).is_dir()
+    if checkpoint is not None or finished:
+        if not resume:
+            what = checkpoint.name if checkpoint is not None else f"a finished model in {FINAL_DIR}/"
+            raise UserError(f"{run_dir} already holds a run ({what}); continue it with --resume, or choose another "
+                            "directory (training.output_dir=runs/new_name or name=new_name)", path="training.output_dir")
+        _refuse_shape_change(recipe, run_dir)
+        if checkpoint is None:
+            raise UserError(f"{run_dir} holds a finished run and no checkpoint to continue; raise training.max_steps "
+                            "in another directory, or evaluate it: grpo eval --run " + str(run_dir),
+                            path="training.output_dir")
+        return RunStart(checkpoint, notes + [f"resuming from {checkpoint.name}"])
+    if run_dir.is_dir() and any(run_dir.iterdir()):
+        # An earlier attempt stopped before its first whole checkpoint: nothing in it can be resumed.
+        for leftover in [*checkpoints(run_dir), *(run_dir / f for f in (METRICS_FILE, SAMPLES_FILE))]:
+            shutil.rmtree(leftover) if leftover.is_dir() else leftover.unlink(missing_ok=True)
+        notes.append(f"{run_dir} holds no whole checkpoint from an earlier attempt: starting from step 0")
+    elif resume:
+        notes.append(f"nothing to resume in {run_dir}: starting from step 0")
+    try:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        write_resolved_recipe(recipe, run_dir / RECIPE_FILE)
+    except OSError as exc:
+        raise UserError(f"cannot write the run directory {run_dir}: {exc.strerror or exc}",
+                        path="training.output_dir") from None
+    return RunStart(None, notes)
+
+
+def _check_location(run_dir: Path) -> None:
+    from grpo_cli.files import check_writable_dir
+
+    if run_dir.exists() and not run_dir.is_dir():
+        raise UserError(f"{run_dir} is a file, not a run directory; choose another training.output_dir",
+                        path="training.output_dir")
+    try:
+        check_writable_dir(run_dir)
+    except UserError as exc:
+        raise UserError(exc.problems[0].message, path="training.output_dir") from None
+
+
+def _ours(path: Path) -> bool:
+    return path.name in OWN_NAMES or bool(_CHECKPOINT.match(path.name))
+
+
+def _refuse_shape_change(recipe: Recipe, run_dir: Path) -> None:
+    """A resumed run keeps the model, the method and the adapter shape its checkpoint holds."""
+    saved_file = run_dir / RECIPE_FILE
+    if not saved_file.is_file():
+        return
+    saved = yaml.safe_load(saved_file.read_text(encoding="utf-8")) or {}
+    now = recipe.model_dump(mode="json")
+    for key in SHAPE_KEYS:
+        before, after = _at(saved, key), _at(now, key)
+        if before != after and not (isinstance(before, dict) and isinstance(after, dict)):
+            raise UserError(f"{run_dir} was trained with {key}={_show(before)}, the recipe now says {_show(after)}; a "
+                            f"checkpoint cannot follow that change: set {key} back to resume, or train into another "
+                            "directory", path=key)
+
+
+def _at(data: dict, key: str):
+    for part in key.split("."):
+        data = data.get(part) if isinstance(data, dict) else None
+    return data
+
+
+def _show(value) -> str:
+    return "none" if value is None else "a section" if isinstance(value, dict) else str(value)
 
 
 def write_resolved_recipe(recipe: Recipe, path: Path) -> None:

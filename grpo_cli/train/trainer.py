@@ -7,6 +7,7 @@ from pathlib import Path
 
 from rich.console import Console
 
+from grpo_cli.errors import UserError
 from grpo_cli.quiet import quiet_libraries
 from grpo_cli.recipe.schema import Recipe
 from grpo_cli.train.runtime import check_runtime
@@ -21,21 +22,36 @@ class TrainResult:
     metrics: list[dict]
 
 
+def run(recipe: Recipe, resume: bool = False, echo=print) -> int:
+    """`grpo train`: through `accelerate launch` when the recipe asks for several processes, else here. Exit code:
+    0 finished, 130 interrupted (a checkpoint was saved when a step had finished)."""
+    from grpo_cli.train import distributed
+
+    if distributed.wants_launch(recipe):
+        return distributed.launch(recipe, resume, echo=echo)
+    try:
+        result = train(recipe, resume=resume)
+    except KeyboardInterrupt:  # before the first step (loading) or a second Ctrl-C: nothing to save
+        echo("interrupted")
+        return 130
+    return 130 if result.interrupted else 0
+
+
 def build_trainer(recipe: Recipe, run_dir: Path, callbacks: list | None = None, reward_funcs: list | None = None):
     """The single, explicit mapping of a validated recipe onto TRL's GRPOTrainer."""
     from transformers import PrinterCallback
     from trl import GRPOConfig, GRPOTrainer
 
     from grpo_cli import data, models
-    from grpo_cli.train.config import grpo_config_kwargs
-    from rewards import resolve_reward
+    from grpo_cli.recipe.grpo_config import grpo_config_kwargs
 
     quiet_libraries()
     tokenizer = models.load_tokenizer(recipe)
     prepared = data.prepare(recipe.data, tokenizer, seed=recipe.training.seed)
+    prepared.check_enough(recipe)  # before the model loads: too few usable rows for one step is refused here
     model = models.load_model(recipe)
     if reward_funcs is None:
-        reward_funcs = [resolve_reward(spec.name, spec.kwargs) for spec in recipe.rewards]
+        reward_funcs = guarded_rewards(recipe)
     import torch
 
     config = GRPOConfig(**grpo_config_kwargs(recipe, run_dir, on_cpu=not torch.cuda.is_available()))
@@ -55,46 +71,34 @@ def build_trainer(recipe: Recipe, run_dir: Path, callbacks: list | None = None, 
 
 def train(recipe: Recipe, resume: bool = False, console: Console | None = None) -> TrainResult:
     """Run a recipe to the end (or to Ctrl-C), writing everything a run keeps into its run directory."""
-    from grpo_cli.train.callbacks import CompletionRecorder, InterruptCallback, MetricsCallback
-    from grpo_cli.train.distributed import is_launched_rank, process_rank
+    from grpo_cli.train.callbacks import InterruptCallback, MetricsCallback
     from grpo_cli.train.display import TrainingDisplay
+    from grpo_cli.train.distributed import process_rank
     from grpo_cli.train.model_card import write_model_card
-    from grpo_cli.train.run_dir import FINAL_DIR, checkpoints, prepare_run_dir
-    from rewards import resolve_reward
+    from grpo_cli.train.reward_guard import RewardFailure
+    from grpo_cli.train.run_dir import FINAL_DIR
 
     # Under `accelerate launch` every rank runs this; only rank 0 talks, and the launcher made the run directory.
     console = console or Console(stderr=True, quiet=process_rank() != 0)
     check_runtime(recipe)
     run_dir = recipe.output_dir
-    if is_launched_rank():
-        checkpoint = checkpoints(run_dir)[-1] if resume else None
-    else:
-        checkpoint = prepare_run_dir(recipe, resume)
-
-    reward_funcs = [resolve_reward(spec.name, spec.kwargs) for spec in recipe.rewards]
-    recorder = CompletionRecorder(reward_funcs[0])
-    reward_funcs[0] = recorder
+    checkpoint = _start(recipe, resume, console)
+    reward_funcs = guarded_rewards(recipe, warn=lambda line: console.print(line, style="yellow", highlight=False))
     interrupt = InterruptCallback()
-    display_holder: list[TrainingDisplay] = []
-    metrics_cb = MetricsCallback(
-        run_dir, recipe.training.log_completions, recipe.generation_batch_size, recorder,
-        on_metrics=lambda record: display_holder[0].update(record) if display_holder else None,
-    )
+    displays: list[TrainingDisplay] = []
+    metrics_cb = MetricsCallback(run_dir, recipe.training.log_completions, recipe.generation_batch_size,
+                                 reward_funcs[0], on_metrics=lambda record: displays and displays[0].update(record))
     console.print(f"[bold]grpo train[/] {recipe.run_name}: {recipe.method} on {recipe.model.name} -> {run_dir}")
     trainer, prepared = build_trainer(recipe, run_dir, [metrics_cb, interrupt], reward_funcs)
-    if prepared.dropped_too_long:
-        console.print(
-            f"dropped {prepared.dropped_too_long} of {prepared.total} prompts longer than "
-            f"{recipe.data.max_prompt_length} tokens (data.max_prompt_length)"
-        )
-    total_steps = trainer.args.max_steps if trainer.args.max_steps > 0 else recipe.optimizer_steps(len(prepared.dataset))
-
-    display = TrainingDisplay(console, total_steps)
-    display_holder.append(display)
+    for line in prepared.report(recipe):
+        console.print(line, highlight=False)
+    displays.append(TrainingDisplay(console, recipe.total_steps(len(prepared.dataset))))
     interrupt.install()
     try:
-        with display:
+        with displays[0]:
             trainer.train(resume_from_checkpoint=str(checkpoint) if checkpoint else None)
+    except RewardFailure as failure:
+        raise UserError(f"{failure}; {_save_after_failure(trainer, recipe)}", path="rewards") from None
     finally:
         interrupt.uninstall()
 
@@ -108,8 +112,40 @@ def train(recipe: Recipe, resume: bool = False, console: Console | None = None) 
             trainer.processing_class.save_pretrained(str(final_dir))
     if trainer.is_world_process_zero():
         write_model_card(run_dir, recipe)  # after the last save: TRL and PEFT each write their stock card there
-    console.print(display.summary())
+    console.print(displays[0].summary())
     if final_dir:
         console.print(f"saved {'adapter' if recipe.lora else 'model'} to {final_dir}; plot with: grpo report {run_dir}")
-    return TrainResult(run_dir, trainer.state.global_step, interrupt.requested, final_dir, display.history)
+    return TrainResult(run_dir, trainer.state.global_step, interrupt.requested, final_dir, displays[0].history)
 
+
+def guarded_rewards(recipe: Recipe, warn=print) -> list:
+    """The recipe's rewards, each behind a guard; the first also keeps the samples written to samples.jsonl."""
+    from grpo_cli.train.reward_guard import GuardedReward
+    from rewards import resolve_rewards
+
+    return [GuardedReward(func, spec.timeout_s, warn, record=index == 0)
+            for index, (func, spec) in enumerate(zip(resolve_rewards(recipe.rewards), recipe.rewards))]
+
+
+def _start(recipe: Recipe, resume: bool, console: Console) -> Path | None:
+    """The checkpoint to resume from (None: step 0). The launcher prepared the directory for launched ranks."""
+    from grpo_cli.train.distributed import is_launched_rank
+    from grpo_cli.train.run_dir import newest_complete, prepare_run_dir
+
+    if is_launched_rank():
+        return newest_complete(recipe.output_dir)[0] if resume else None
+    start = prepare_run_dir(recipe, resume)
+    for note in start.notes:
+        console.print(note, highlight=False)
+    return start.checkpoint
+
+
+def _save_after_failure(trainer, recipe: Recipe) -> str:
+    """Keep the steps that finished before a reward failed: a checkpoint of the last finished one, then the way on."""
+    step = trainer.state.global_step
+    if step == 0:
+        return "no step had finished; fix the reward and run the same command again"
+    folder = recipe.output_dir / f"checkpoint-{step}"
+    if not folder.is_dir() and callable(getattr(trainer, "_save_checkpoint", None)):
+        trainer._save_checkpoint(trainer.model, trial=None)  # the Trainer's own checkpoint writer: resumable as usual
+    return f"{folder.name} holds the {step} finished step(s): fix the reward, then continue with --resume"

@@ -98,9 +98,21 @@ class LiveTensorBytes:
         return self._mode.__exit__(*exc)
 
 
+GENERATION_SEAM = "_generate_and_score_completions"  # GRPOTrainer's private generate-and-score phase (trl 1.x)
+
+
 def _around_generation(trainer, on_start, on_end) -> None:
-    """Call `on_start`/`on_end` around each generate-and-score phase of the trainer's steps."""
-    original = trainer._generate_and_score_completions
+    """Call `on_start`/`on_end` around each generate-and-score phase of the trainer's steps.
+
+    The method is TRL's private one: if an upgrade renames it, say so at start-up instead of timing nothing."""
+    original = getattr(trainer, GENERATION_SEAM, None)
+    if not callable(original):
+        from importlib.metadata import version
+
+        from grpo_cli.errors import UserError
+
+        raise UserError(f"the installed trl {version('trl')} has no GRPOTrainer.{GENERATION_SEAM}, which preflight "
+                        "times generation by; install the trl range grpo supports: pip install 'trl>=1.16,<2'")
 
     def wrapped(*args, **kwargs):
         on_start()
@@ -109,7 +121,7 @@ def _around_generation(trainer, on_start, on_end) -> None:
         finally:
             on_end()
 
-    trainer._generate_and_score_completions = wrapped
+    setattr(trainer, GENERATION_SEAM, wrapped)
 
 
 def _mark_generation(trainer, tracker) -> None:
@@ -175,14 +187,13 @@ def measure_steps(recipe: Recipe, work: Path, steps: int = 2) -> StepMeasurement
 
     from grpo_cli import models
     from grpo_cli.train.trainer import build_trainer
-    from rewards import resolve_reward
+    from rewards import resolve_rewards
 
     cuda = torch.cuda.is_available()
     tokenizer = models.load_tokenizer(recipe)
     ran = calibration_recipe(recipe, tokenizer, work)
     ran = ran.model_copy(update={"training": ran.training.model_copy(update={"max_steps": max(2, steps)})})
-    trainer, _ = build_trainer(ran, work / "run", reward_funcs=[_tolerant(resolve_reward(spec.name, spec.kwargs))
-                                                               for spec in ran.rewards])
+    trainer, _ = build_trainer(ran, work / "run", reward_funcs=[_tolerant(f) for f in resolve_rewards(ran.rewards)])
     tracker = None if cuda else LiveTensorBytes()
     last_step = ran.training.max_steps
     step_seconds: list[float] = []

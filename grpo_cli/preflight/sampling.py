@@ -1,4 +1,4 @@
-"""Learning signal before training: sample groups from the model as it starts and score them with the recipe's rewards.
+"""Reward statistics before training: sample groups from the model as it starts and score them with the recipe's rewards.
 
 GRPO learns only from groups whose rewards differ: a group where every completion scored the same has zero advantage
 (TRL's `frac_reward_zero_std`). This measures that share, each reward's spread and failures, and truncation, on a
@@ -38,7 +38,7 @@ class RewardStats:
 
 
 @dataclass
-class Signal:
+class SampledGroups:
     prompts: int
     completions: int
     zero_variance_share: float
@@ -79,20 +79,21 @@ def score(funcs: list, prompts: list, completions: list, completion_ids: list, c
     return values, errors
 
 
-def measure_signal(recipe: Recipe, prompt_count: int) -> Signal:
+def sample_groups(recipe: Recipe, prompt_count: int) -> SampledGroups:
     """Sample `num_generations` completions for each of `prompt_count` prompts of the recipe's data and score them."""
     import torch
 
     from grpo_cli import data, models
-    from rewards import resolve_reward
+    from rewards import resolve_rewards
 
     tokenizer = models.load_tokenizer(recipe)
     prepared = data.prepare(recipe.data, tokenizer, seed=recipe.training.seed)
+    prepared.check_enough(recipe)
     rows = prepared.dataset.shuffle(seed=recipe.training.seed).select(range(min(prompt_count, len(prepared.dataset))))
     model = models.load_model(recipe).eval()
     if torch.cuda.is_available() and model.device.type == "cpu":
         model = model.to("cuda")
-    funcs = [resolve_reward(spec.name, spec.kwargs) for spec in recipe.rewards]
+    funcs = resolve_rewards(recipe.rewards)
     g, budget = recipe.grpo.num_generations, recipe.grpo.max_completion_length
     per_training_batch = max(1, recipe.generation_batch_per_process // g)  # prompts per generation batch in training
     # On a GPU sample exactly training's batches (no more memory than the run); on a CPU larger batches are faster.
@@ -112,8 +113,7 @@ def measure_signal(recipe: Recipe, prompt_count: int) -> Signal:
     columns_all = {k: rows[k] for k in rows.column_names if k != "prompt"}
     for start in range(0, len(rows), per_batch):
         prompts = rows["prompt"][start:start + per_batch]
-        texts = [tokenizer.apply_chat_template(p, add_generation_prompt=True, tokenize=False) if isinstance(p, list)
-                 else p for p in prompts]
+        texts = [data.render_prompt(tokenizer, p) for p in prompts]
         inputs = tokenizer(texts, return_tensors="pt", padding=True, add_special_tokens=False).to(model.device)
         started = time.perf_counter()
         with torch.no_grad():
@@ -146,7 +146,7 @@ def measure_signal(recipe: Recipe, prompt_count: int) -> Signal:
         stats.append(RewardStats(
             spec.name, spec.weight, statistics.fmean(ok) if ok else None, _std(ok) if ok else None,
             min(ok) if ok else None, max(ok) if ok else None, len(values) - len(ok), error))
-    return Signal(
+    return SampledGroups(
         prompts=len(groups), completions=len(totals), zero_variance_share=flat / max(1, len(groups)),
         truncated_share=truncated / max(1, len(lengths)), mean_completion_tokens=statistics.fmean(lengths) if lengths else 0.0,
         batch_length_share=statistics.fmean(batch_shares) if batch_shares else 1.0,

@@ -1,0 +1,93 @@
+"""`grpo eval` as one call: which recipe, which models, which output folders; then evaluate and compare.
+
+The CLI gathers the flags into an `EvalRequest`; everything that decides lives here."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from grpo_cli.errors import UserError
+from grpo_cli.eval import evaluate as ev
+from grpo_cli.eval.store import COMPARISON, OWN_FILES, SETTINGS, refuse_foreign
+from grpo_cli.recipe.schema import Recipe
+
+
+@dataclass
+class EvalRequest:
+    recipe: Path | None = None
+    overrides: list[str] = field(default_factory=list)
+    run: Path | None = None  # --run: the trained model of this run
+    compare_run: Path | None = None  # --compare: base and trained of this run
+    base_dir: Path | None = None  # --base: reuse this base evaluation
+    model: str | None = None
+    adapter: Path | None = None
+    options: dict[str, Any] = field(default_factory=dict)  # typed flags: {"eval.limit": 50, ...}
+    output: Path | None = None
+
+
+@dataclass
+class EvalOutcome:
+    results: list[ev.EvalResult]
+    comparison: dict[str, Any] | None
+
+
+def run_eval(request: EvalRequest, display=None) -> EvalOutcome:
+    """Check everything that needs no model first, then evaluate; the run's model card is refreshed after."""
+    recipe = _load(request)
+    base = ev.Target("base" if request.adapter is None else "adapter", recipe.model.name,
+                     str(request.adapter) if request.adapter else None)
+    run_dir = request.compare_run or request.run
+    if request.compare_run is not None:
+        root = request.output or ev.default_output(recipe.eval, base, request.compare_run)
+        base_out, trained_out = request.base_dir or root / "base", root / "trained"
+        refuse_foreign(root, {"base", "trained", COMPARISON}, "grpo eval --compare")
+        for folder in (base_out, trained_out):
+            refuse_foreign(folder, OWN_FILES, "grpo eval")
+        trained = ev.run_target(request.compare_run, recipe)
+        # A base evaluation is the same for every run with the same settings: --base reuses it (the store's
+        # settings check refuses one made with another prompt, budget, dtype or data).
+        results = [ev.evaluate(recipe, base, base_out, display), ev.evaluate(recipe, trained, trained_out, display)]
+        outcome = EvalOutcome(results, ev.compare(results[0], results[1], root))
+    else:
+        target = ev.run_target(request.run, recipe) if request.run is not None else base
+        default = ev.default_output(recipe.eval, target, request.run)
+        output = request.output or (default / "trained" if request.run else default)
+        outcome = EvalOutcome([ev.evaluate(recipe, target, output, display)], None)
+    if run_dir is not None:
+        from grpo_cli.train.model_card import write_model_card
+
+        write_model_card(run_dir, recipe)  # now with these results
+    return outcome
+
+
+def _load(request: EvalRequest) -> Recipe:
+    """The recipe to evaluate with, loaded once, checked only for what evaluation reads (model, adapter, eval data):
+    a run copied without its training data or reward files still evaluates."""
+    from grpo_cli.models import is_lora_adapter
+    from grpo_cli.recipe.validation import load_recipe
+    from grpo_cli.train.run_dir import RECIPE_FILE
+
+    run_dir = request.compare_run or request.run
+    options = {"model.name": request.model, **request.options}
+    if request.run and request.compare_run:
+        raise UserError("give --run or --compare, not both (--compare evaluates the run too)")
+    if request.recipe is None and run_dir is None and request.model is None:
+        raise UserError("nothing to evaluate: give a recipe, --run RUN_DIR, --compare RUN_DIR or --model NAME")
+    if request.adapter is not None and run_dir is not None:
+        raise UserError("--adapter evaluates a given adapter; --run/--compare take the run's own")
+    if request.adapter is not None and not is_lora_adapter(request.adapter):
+        raise UserError(f"{request.adapter} is not a LoRA adapter directory (no adapter_config.json)")
+    if request.base_dir is not None and request.compare_run is None:
+        raise UserError("--base names the base evaluation that --compare reuses; give --compare RUN_DIR too")
+    if request.base_dir is not None and not (request.base_dir / SETTINGS).is_file():
+        raise UserError(f"{request.base_dir} holds no evaluation (no {SETTINGS}); run the base once with --output "
+                        f"{request.base_dir}, or leave out --base")
+    if request.recipe is not None:
+        return load_recipe(request.recipe, request.overrides, options=options, scope="eval")
+    if run_dir is not None:
+        if not (run_dir / RECIPE_FILE).is_file():
+            raise UserError(f"{run_dir} is not a run directory (no {RECIPE_FILE}); give the run written by grpo train")
+        return load_recipe(run_dir / RECIPE_FILE, request.overrides, options=options, scope="eval")
+    return load_recipe(None, request.overrides, options=options, scope="eval")

@@ -1,0 +1,50 @@
+"""Scoring a completion under each protocol's filters, and the summary of a set of scored problems."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from grpo_cli.eval.problems import Problem
+from grpo_cli.eval.stats import wilson_interval
+from rewards.answers import (
+    LM_EVAL_FALLBACK, LM_EVAL_FLEXIBLE, LM_EVAL_STRICT, extract_answer, lm_eval_exact_match, marked_answer,
+    numbers_equal, regex_filter,
+)
+
+FILTERS = ("strict-match", "flexible-extract")
+
+
+def score(protocol: str, completion: str, problem: Problem, marker: str = "tag") -> dict[str, Any]:
+    """Extracted answers per filter, whether each is correct, and whether the answer format was followed.
+
+    `marker` (chat protocol): how the recipe's system prompt asked the model to mark its answer."""
+    if protocol == "lm-eval":
+        extracted = {"strict-match": regex_filter(completion, LM_EVAL_STRICT),
+                     "flexible-extract": regex_filter(completion, LM_EVAL_FLEXIBLE, group_select=-1)}
+        correct = {name: lm_eval_exact_match(value, problem.answer) for name, value in extracted.items()}
+        formatted = extracted["strict-match"] != LM_EVAL_FALLBACK
+    else:
+        extracted = {"strict-match": marked_answer(completion, marker),
+                     "flexible-extract": extract_answer(completion)}
+        correct = {name: numbers_equal(value, problem.gold) for name, value in extracted.items()}
+        formatted = extracted["strict-match"] is not None
+    return {"extracted": extracted, "correct": correct, "formatted": formatted}
+
+
+def summarize(records: list[dict[str, Any]], wall_s: float, new_problems: int, new_tokens: int) -> dict[str, Any]:
+    n = len(records)
+    filters = {}
+    for name in FILTERS:
+        correct = sum(bool(r["correct"][name]) for r in records)
+        low, high = wilson_interval(correct, n)
+        filters[name] = {"correct": correct, "accuracy": correct / n if n else 0.0, "ci95": [low, high]}
+    return {
+        "problems": n,
+        "filters": filters,
+        "format_rate": sum(bool(r["formatted"]) for r in records) / n if n else 0.0,
+        "mean_new_tokens": sum(r["new_tokens"] for r in records) / n if n else 0.0,
+        # Throughput of this invocation's generation only (a resumed run does not count earlier sessions).
+        "session": {"problems": new_problems, "generated_tokens": new_tokens, "wall_s": round(wall_s, 3),
+                    "problems_per_s": new_problems / wall_s if wall_s > 0 else None,
+                    "tokens_per_s": new_tokens / wall_s if wall_s > 0 else None},
+    }

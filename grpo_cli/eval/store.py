@@ -1,0 +1,108 @@
+"""One evaluation's output directory: settings.json, then predictions.jsonl appended a batch at a time.
+
+It only ever writes into a directory that is new, empty, or its own (settings.json and well-formed records): a user's
+own files are never truncated or overwritten. A last line cut short by a kill is the one thing it repairs.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from grpo_cli.errors import UserError
+
+PREDICTIONS = "predictions.jsonl"
+SUMMARY = "summary.json"
+SETTINGS = "settings.json"
+COMPARISON = "comparison.json"
+OWN_FILES = {PREDICTIONS, SUMMARY, SETTINGS}
+
+
+def refuse_foreign(directory: Path, own: set[str], what: str) -> None:
+    """Refuse a directory that holds anything `grpo eval` would not have written there."""
+    if directory.exists() and not directory.is_dir():
+        raise UserError(f"{directory} is a file, not a directory; choose another --output")
+    foreign = sorted(p.name for p in directory.iterdir() if p.name not in own) if directory.is_dir() else []
+    if foreign:
+        raise UserError(f"{directory} holds files {what} did not write ({', '.join(foreign[:3])}); nothing was "
+                        "changed: choose another --output (an empty or new directory)")
+
+
+class PredictionStore:
+    """predictions.jsonl + settings.json in one output directory; appends, never rewrites a scored problem."""
+
+    def __init__(self, directory: Path, settings: dict[str, Any]):
+        self.directory = directory
+        self.path = directory / PREDICTIONS
+        refuse_foreign(directory, OWN_FILES, "grpo eval")
+        settings_file = directory / SETTINGS
+        if directory.is_dir() and any(directory.iterdir()) and not settings_file.is_file():
+            raise UserError(f"{directory} holds {', '.join(sorted(p.name for p in directory.iterdir()))} but no "
+                            f"{SETTINGS}, so it is not an evaluation grpo can continue; choose another --output")
+        if settings_file.is_file():
+            previous = _read_settings(settings_file)
+            changed = [k for k in sorted(set(previous) | set(settings)) if previous.get(k) != settings.get(k)]
+            if changed:
+                detail = "; ".join(f"{k}: {previous.get(k)!r} there, {settings.get(k)!r} now" for k in changed[:3])
+                raise UserError(f"{directory} holds an evaluation with other settings ({detail}); "
+                                "choose another --output, or delete that directory to start over")
+        self.records, self._good_bytes = self._read()
+        try:
+            directory.mkdir(parents=True, exist_ok=True)
+            if not settings_file.is_file():
+                settings_file.write_text(json.dumps(settings, indent=2) + "\n", encoding="utf-8")
+        except OSError as exc:
+            raise UserError(f"cannot write to {directory}: {exc.strerror or exc}; choose another --output") from None
+
+    def _read(self) -> tuple[dict[int, dict[str, Any]], int]:
+        """Scored problems so far. A last line without its newline (a kill mid-write) is dropped to be redone; any
+        other line that is not one of our records means the file is not ours: refuse, change nothing."""
+        if not self.path.exists():
+            return {}, 0
+        raw = self.path.read_bytes()
+        records, good_bytes = {}, 0
+        for number, line in enumerate(raw.splitlines(keepends=True), start=1):
+            if not line.endswith(b"\n"):
+                break
+            record = _record(line)
+            if record is None:
+                raise UserError(f"line {number} of {self.path} is not a grpo eval record; the file was left as it "
+                                "is: choose another --output")
+            records[record["index"]] = record
+            good_bytes += len(line)
+        return records, good_bytes
+
+    def add(self, batch: list[dict[str, Any]]) -> None:
+        if self.path.exists() and self.path.stat().st_size != self._good_bytes:
+            with open(self.path, "r+b") as handle:  # the cut last line of a killed run, read above
+                handle.truncate(self._good_bytes)
+        with open(self.path, "a", encoding="utf-8") as handle:
+            for record in batch:
+                handle.write(json.dumps(record, ensure_ascii=False) + "\n")
+            handle.flush()
+            os.fsync(handle.fileno())  # a batch is minutes of CPU work: make it survive a power cut too
+        self._good_bytes = self.path.stat().st_size
+        for record in batch:
+            self.records[record["index"]] = record
+
+
+def _record(line: bytes) -> dict[str, Any] | None:
+    try:
+        record = json.loads(line)
+    except ValueError:
+        return None
+    if not isinstance(record, dict) or not isinstance(record.get("index"), int) or "correct" not in record:
+        return None
+    return record
+
+
+def _read_settings(path: Path) -> dict[str, Any]:
+    try:
+        settings = json.loads(path.read_text(encoding="utf-8"))
+    except (ValueError, UnicodeDecodeError):
+        settings = None
+    if not isinstance(settings, dict):
+        raise UserError(f"{path} is not a grpo eval settings file; choose another --output")
+    return settings

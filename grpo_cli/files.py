@@ -1,0 +1,62 @@
+"""Where the tool reads and writes files: never over a user's file without --force, one clear line when a path
+cannot be written, and JSON Lines read the way a killed process leaves them (a cut last line, stray lines)."""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from grpo_cli.errors import UserError
+
+
+def check_writable_file(path: Path, force: bool = False, flag: str = "--force") -> None:
+    """`path` can be written as a new file (or replaced with `force`): its folder exists and is writable, it is not
+    a directory. Checked before any slow work, so a mistake costs nothing."""
+    if path.is_dir():
+        raise UserError(f"{path} is a directory; give a file name")
+    if path.exists() and not force:
+        raise UserError(f"{path} already exists; pass {flag} to overwrite it or choose another name")
+    check_writable_dir(path.parent, create=False)
+
+
+def check_writable_dir(directory: Path, create: bool = True) -> None:
+    """`directory` exists as a writable folder, or (with `create`) can be made: every existing ancestor is a
+    folder we may write into."""
+    existing = directory
+    while not existing.exists() and existing != existing.parent:
+        if not create:
+            raise UserError(f"folder {directory} does not exist; create it first or choose another path")
+        existing = existing.parent
+    if not existing.is_dir():
+        raise UserError(f"{existing} is a file, so {directory} cannot be a folder; choose another path")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise UserError(f"cannot write into {existing} (permission denied); choose another path")
+
+
+@dataclass
+class JsonLines:
+    rows: list[dict[str, Any]] = field(default_factory=list)
+    skipped: list[int] = field(default_factory=list)  # 1-based line numbers that were not JSON objects
+
+
+def read_jsonl(path: Path, required: tuple[str, ...] = ()) -> JsonLines:
+    """Every JSON object line holding the `required` keys; the numbers of the other lines (a line cut by a kill,
+    a stray line) are reported, never raised."""
+    out = JsonLines()
+    if not path.exists():
+        return out
+    for number, line in enumerate(path.read_text(encoding="utf-8", errors="replace").splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except ValueError:
+            row = None
+        if isinstance(row, dict) and all(key in row for key in required):
+            out.rows.append(row)
+        else:
+            out.skipped.append(number)
+    return out

@@ -1,0 +1,140 @@
+"""`grpo preflight`: will the recipe fit, how long will it take, can it learn? Measured on this machine, in about a
+minute, before the real run. Works in a temporary directory: the recipe's run directory is never touched."""
+
+from __future__ import annotations
+
+import math
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from grpo_cli.preflight.measure import StepMeasurement
+from grpo_cli.plan.memory import GIB, Plan
+from grpo_cli.preflight.sampling import SampledGroups
+from grpo_cli.recipe.schema import Recipe
+
+MOSTLY = 0.5  # "most groups", "most completions"
+
+
+@dataclass
+class Advice:
+    reason: str
+    changes: dict[str, Any] = field(default_factory=dict)  # recipe changes, {"key.path": value}
+
+
+@dataclass
+class Preflight:
+    recipe: Recipe
+    measured: StepMeasurement
+    planned: Plan  # the plan for exactly the steps that ran (same prompt length, same device)
+    verdict: Plan  # the plan for the recipe as written, on the GPU
+    verdict_smi: float  # bytes expected in nvidia-smi for the recipe as written (measured error applied on CUDA)
+    gpu_label: str | None
+    groups: SampledGroups
+    total_steps: int
+    step_s: float
+    generation_s: float
+    eta_s: float  # at the sampled completion lengths
+    eta_worst_s: float  # every completion at the budget
+    advice: list[Advice]
+    seconds: float
+
+    @property
+    def peak_error_pct(self) -> float:
+        return 100 * (self.planned.peak_tensors - self.measured.peak_bytes) / self.measured.peak_bytes
+
+    @property
+    def fits(self) -> bool | None:
+        return None if self.verdict.gpu_bytes is None else self.verdict_smi <= self.verdict.gpu_bytes
+
+
+def run_preflight(recipe: Recipe, steps: int, prompts: int | None, gpu_spec: str | None, hours: float) -> Preflight:
+    """Sample groups, run `steps` real steps, plan the same steps, and advise. Checks that need no model (the GPU
+    name, the architecture) come first, so a typo is refused before a minute of measuring."""
+    import torch
+
+    from grpo_cli.plan import architectures
+    from grpo_cli.plan.gpus import gpu_for
+    from grpo_cli.plan.memory import memory_plan
+    from grpo_cli.preflight.measure import measure_steps
+    from grpo_cli.preflight.sampling import default_prompt_count, sample_groups
+
+    gpu_label, gpu_bytes = gpu_for(recipe, gpu_spec)
+    arch = architectures.resolve(recipe)
+    started = time.perf_counter()
+    with tempfile.TemporaryDirectory(prefix="grpo-preflight-") as tmp:
+        work = Path(tmp)
+        isolated = recipe.model_copy(update={"training": recipe.training.model_copy(
+            update={"output_dir": str(work / "run"), "report_to": ["none"]})})
+        groups = sample_groups(isolated, prompts or default_prompt_count(recipe))  # first, from the model as it starts
+        measured = measure_steps(isolated, work, steps)
+
+    planned = memory_plan(measured.recipe, arch, measured.device)
+    if gpu_bytes is None and measured.device == "cuda":
+        gpu_label, gpu_bytes = torch.cuda.get_device_name(0), float(torch.cuda.get_device_properties(0).total_memory)
+    verdict = memory_plan(recipe, arch, "cuda", gpu_bytes)
+    # Measured on a GPU, the plan's error there is known: apply it. On a CPU the CUDA figure stays the plan's.
+    correction = measured.peak_bytes / planned.peak_tensors if measured.device == "cuda" else 1.0
+    verdict_smi = verdict.peak_smi * correction
+
+    step_s = measured.step_seconds[-1]
+    generation_s = min(measured.generation_seconds[-1], step_s)
+    prompt = measured.recipe.data.max_prompt_length or 0
+    budget = recipe.grpo.max_completion_length
+    # Generation runs until the longest completion of its batch ends; training scales with sequence length.
+    expected_step = (generation_s * groups.batch_length_share
+                     + (step_s - generation_s) * (prompt + groups.mean_completion_tokens) / (prompt + budget))
+    total_steps = recipe.total_steps(groups.dataset_rows)
+    result = Preflight(recipe, measured, planned, verdict, verdict_smi, gpu_label, groups, total_steps, step_s,
+                       generation_s, total_steps * expected_step, total_steps * step_s, [], 0.0)
+    result.advice = advise(result, arch, hours)
+    result.seconds = time.perf_counter() - started
+    return result
+
+
+def advise(result: Preflight, arch, hours: float) -> list[Advice]:
+    """Override lines for each figure that calls for one."""
+    from grpo_cli.plan.fit import suggest
+
+    recipe, groups = result.recipe, result.groups
+    g, batch = recipe.grpo.num_generations, recipe.training.per_device_train_batch_size
+    out: list[Advice] = []
+    if result.fits is False:
+        need = f"about {result.verdict_smi / GIB:.1f} GiB expected, {result.verdict.gpu_bytes / GIB:.0f} GiB on the GPU"
+        fixes = suggest(recipe, arch, "cuda", result.verdict.gpu_bytes)
+        out += [Advice(f"does not fit ({need}): {label}", changes) for label, changes, _ in fixes[:2]]
+        if not fixes:
+            out.append(Advice(f"does not fit ({need}) and no listed change makes it: a smaller model or more GPUs"))
+    if groups.zero_variance_share >= MOSTLY:
+        share = f"{groups.zero_variance_share:.0%} of groups have the same reward for every completion (no signal)"
+        out.append(Advice(f"{share}: sample more completions per prompt",
+                          {"grpo.num_generations": 2 * g, "training.per_device_train_batch_size": 2 * batch}))
+        if recipe.grpo.temperature < 1.0:
+            out.append(Advice(f"{share}: sample more diversely",
+                              {"grpo.temperature": min(1.0, round(recipe.grpo.temperature + 0.2, 2))}))
+        if recipe.data.answer_format == "gsm8k" and recipe.data.answer_column and recipe.data.max_solution_steps is None:
+            out.append(Advice(f"{share}: start on the easier problems", {"data.max_solution_steps": 2}))
+        out.append(Advice(f"{share}: add a reward that gives partial credit (a format reward such as "
+                          f"{'hashes_format' if recipe.data.answer_marker == 'hashes' else 'soft_format'}, or "
+                          "length_target) so completions of one prompt score differently"))
+    for stats in groups.rewards:
+        if stats.constant:
+            out.append(Advice(f"reward {stats.name} gave {stats.min:g} to all {groups.completions - stats.failed} "
+                              "completions it scored: as it stands it cannot steer learning"))
+        if stats.failed:
+            out.append(Advice(f"reward {stats.name} failed on {stats.failed} of {groups.completions} completions "
+                              f"({stats.error or 'returned None'}); TRL counts those as missing values"))
+    if groups.truncated_share >= MOSTLY:
+        has_length_reward = any(spec.name == "length_target" for spec in recipe.rewards)
+        remedy = ("give them room, or leave it to the length_target reward to teach stopping" if has_length_reward
+                  else "give them room, or add a length_target reward")
+        out.append(Advice(f"{groups.truncated_share:.0%} of completions were cut at the "
+                          f"{recipe.grpo.max_completion_length}-token budget: {remedy}",
+                          {"grpo.max_completion_length": 2 * recipe.grpo.max_completion_length}))
+    if result.eta_s > hours * 3600:
+        per_step = result.eta_s / max(1, result.total_steps)
+        out.append(Advice(f"about {result.eta_s / 3600:.1f} h for {result.total_steps} steps, over {hours:g} h: "
+                          f"stop at what fits", {"training.max_steps": max(1, math.floor(hours * 3600 / per_step))}))
+    return out

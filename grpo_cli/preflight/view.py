@@ -1,0 +1,86 @@
+"""Rendering a preflight: lines and a reward table for people, JSON for scripts."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from grpo_cli.plan.memory import GIB
+from grpo_cli.plan.view import override_args
+from grpo_cli.preflight.run import Preflight
+
+
+def preflight_json(result: Preflight) -> dict[str, Any]:
+    s = result.groups
+    return {
+        "device": result.measured.device,
+        "measured_peak_gib": round(result.measured.peak_bytes / GIB, 4),
+        "measured_reserved_gib": None if result.measured.reserved_bytes is None
+        else round(result.measured.reserved_bytes / GIB, 4),
+        "planned_peak_gib": round(result.planned.peak_tensors / GIB, 4),
+        "peak_error_pct": round(result.peak_error_pct, 2),
+        "gpu": result.gpu_label,
+        "gpu_gib": None if result.verdict.gpu_bytes is None else round(result.verdict.gpu_bytes / GIB, 2),
+        "expected_nvidia_smi_gib": round(result.verdict_smi / GIB, 4),
+        "fits": result.fits,
+        "step_s": round(result.step_s, 3),
+        "generation_s": round(result.generation_s, 3),
+        "training_s": round(result.step_s - result.generation_s, 3),
+        "generation_tokens_per_s": round(s.tokens_per_second, 1),
+        "total_steps": result.total_steps,
+        "eta_s": round(result.eta_s, 1),
+        "eta_worst_s": round(result.eta_worst_s, 1),
+        "prompts": s.prompts,
+        "completions": s.completions,
+        "zero_variance_share": round(s.zero_variance_share, 4),
+        "truncated_share": round(s.truncated_share, 4),
+        "mean_completion_tokens": round(s.mean_completion_tokens, 1),
+        "rewards": [{"name": r.name, "weight": r.weight, "mean": r.mean, "std": r.std, "min": r.min, "max": r.max,
+                     "failed": r.failed, "error": r.error} for r in s.rewards],
+        "advice": [{"reason": a.reason, "overrides": override_args(a.changes)} for a in result.advice],
+        "seconds": round(result.seconds, 1),
+    }
+
+
+def print_preflight(console, result: Preflight, command: str) -> None:
+    from rich.table import Table
+
+    m, s = result.measured, result.groups
+    kind = "torch.cuda.max_memory_allocated" if m.device == "cuda" else "live tensors on this CPU"
+    console.print(f"[bold]fit[/]  measured peak {m.peak_bytes / GIB:.2f} GiB ({kind}) vs plan "
+                  f"{result.planned.peak_tensors / GIB:.2f} GiB: plan error {result.peak_error_pct:+.1f}%")
+    source = "measured, plan error applied" if m.device == "cuda" else "planned; not measured on a GPU here"
+    if result.fits is None:
+        console.print(f"     expected in nvidia-smi on a GPU: {result.verdict_smi / GIB:.2f} GiB ({source}); "
+                      "no GPU given: add --gpu 24GB or a name")
+    else:
+        verdict = "[green]fits[/]" if result.fits else "[red]does not fit[/]"
+        console.print(f"     {verdict} {result.gpu_label} ({result.verdict.gpu_bytes / GIB:.0f} GiB): "
+                      f"{result.verdict_smi / GIB:.2f} GiB expected in nvidia-smi ({source})")
+    console.print(f"[bold]time[/] {result.step_s:.1f} s a step at full length (generation {result.generation_s:.1f} s, "
+                  f"training {result.step_s - result.generation_s:.1f} s); generation {s.tokens_per_second:.0f} tokens/s")
+    console.print(f"     {result.total_steps} steps: about {_duration(result.eta_s)} at the sampled lengths, "
+                  f"at most {_duration(result.eta_worst_s)}")
+    console.print(f"[bold]signal[/] {s.prompts} prompts x {result.recipe.grpo.num_generations} completions: "
+                  f"{s.zero_variance_share:.0%} of groups without reward variance, {s.truncated_share:.0%} cut at the "
+                  f"budget, mean length {s.mean_completion_tokens:.0f} tokens")
+    table = Table(box=None, pad_edge=False)
+    for column in ("reward", "weight", "mean", "std", "min", "max", "failed"):
+        table.add_column(column, justify="left" if column == "reward" else "right")
+    for r in s.rewards:
+        table.add_row(r.name, f"{r.weight:g}", *(("-" if v is None else f"{v:.3f}") for v in (r.mean, r.std, r.min, r.max)),
+                      str(r.failed))
+    console.print(table)
+    if not result.advice:
+        console.print("[green]no advice[/]: nothing measured calls for a change")
+    for a in result.advice:
+        line = f"  {command} {' '.join(override_args(a.changes))}" if a.changes else ""
+        console.print(f"[yellow]advice[/] {a.reason}" + (f"\n{line}" if line else ""), soft_wrap=True)
+    console.print(f"[dim]preflight took {result.seconds:.0f} s; nothing was written to {result.recipe.output_dir}[/]")
+
+
+def _duration(seconds: float) -> str:
+    if seconds < 120:
+        return f"{seconds:.0f} s"
+    if seconds < 7200:
+        return f"{seconds / 60:.0f} min"
+    return f"{seconds / 3600:.1f} h"

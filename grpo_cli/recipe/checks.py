@@ -1,0 +1,164 @@
+"""Checks that read beyond the schema: files the recipe names, reward functions, the `trl:` passthrough.
+
+Each command asks only for the checks of what it reads (`validation.SCOPES`): evaluating a run copied to another
+machine must not fail on the training data file it never opens.
+"""
+
+from __future__ import annotations
+
+import difflib
+from pathlib import Path
+from typing import Any
+
+from grpo_cli.errors import UserError
+from grpo_cli.recipe.schema import Recipe
+from grpo_cli.recipe.sources import LOCAL_DATA_SUFFIXES, looks_like_path, model_location
+from grpo_cli.recipe.yaml_source import KeyPath
+
+
+def _string_at(data: Any, *path: str) -> str | None:
+    for key in path:
+        data = data.get(key) if isinstance(data, dict) else None
+    return data if isinstance(data, str) else None
+
+
+def path_problems(data: dict[str, Any], reads: frozenset[str]) -> list[tuple[KeyPath, str]]:
+    """Files named in the (raw) recipe must exist: the model always, the others when the command reads them."""
+    out = _model_problems(_string_at(data, "model", "name"))
+    config = _string_at(data, "distributed", "accelerate_config")
+    if "launch" in reads and config and not Path(config).expanduser().is_file():
+        out.append((("distributed", "accelerate_config"), f"accelerate config file not found: {config} "
+                    "(write one with `accelerate config`, or drop it to use distributed.strategy)"))
+    keys = [(("data", "source"), "data")] + [(("eval", k), "eval_data") for k in ("source", "fewshot_source")]
+    for key, what in keys:
+        source = _string_at(data, *key)
+        if source and what in reads:
+            out += [(key, problem) for problem in _data_source_problems(data, key, source)]
+    return out
+
+
+def _model_problems(name: str | None) -> list[tuple[KeyPath, str]]:
+    if not name:
+        return []
+    try:
+        model = Path(model_location(name))
+    except UserError as exc:
+        return [(("model", "name"), exc.problems[0].message)]
+    if model.is_dir() and not (model / "config.json").exists():
+        return [(("model", "name"), f"{model} is a directory without config.json, so not a model directory")]
+    if not model.exists() and looks_like_path(name):
+        return [(("model", "name"), f"no such model file or directory: {model} (relative paths start at {Path.cwd()})")]
+    return []
+
+
+def _data_source_problems(data: dict[str, Any], key: KeyPath, source: str) -> list[str]:
+    path = Path(source).expanduser()
+    if looks_like_path(source) and not path.exists():
+        return [f"data file not found: {path} (relative paths start at {Path.cwd()})"]
+    if path.is_file() and path.suffix not in LOCAL_DATA_SUFFIXES:
+        return [f"unsupported data file type {path.suffix!r}; use one of {', '.join(LOCAL_DATA_SUFFIXES)}"]
+    if not path.is_file():
+        return []
+    section = data.get(key[0]) if isinstance(data.get(key[0]), dict) else {}
+    if key == ("data", "source"):
+        needed = [section.get("prompt_column", "question"), section.get("answer_column", "answer")]
+    else:  # evaluation reads GSM8K's fields
+        needed = ["question", "answer"]
+    problem = data_file_problem(path, [c for c in needed if isinstance(c, str)])
+    if problem and "field" in problem and key == ("data", "source"):
+        problem += "; name yours with data.prompt_column / data.answer_column"
+    return [problem] if problem else []
+
+
+def data_file_problem(path: Path, columns: list[str]) -> str | None:
+    """Why a local data file cannot feed training or evaluation (empty, not JSON Lines, missing columns), or None.
+
+    Reads at most the first rows, so a large dataset is checked in milliseconds."""
+    import csv
+    import json
+
+    try:
+        if path.stat().st_size == 0:
+            return f"{path} is empty"
+        if path.suffix == ".parquet":
+            import pyarrow.parquet as pq
+
+            names = pq.read_schema(path).names
+        elif path.suffix == ".csv":
+            with open(path, encoding="utf-8", newline="") as handle:
+                names = next(csv.reader(handle), [])
+        elif path.suffix == ".jsonl":
+            names = None
+            with open(path, "rb") as handle:
+                for number, raw in enumerate(handle, start=1):
+                    if not raw.strip():
+                        continue
+                    try:
+                        row = json.loads(raw)
+                    except ValueError:
+                        return f"line {number} of {path} is not JSON (JSON Lines: one object per line)"
+                    if not isinstance(row, dict):
+                        return f"line {number} of {path} is not a JSON object"
+                    names = list(row) if names is None else names
+                    if number >= 20:
+                        break
+            if names is None:
+                return f"{path} holds no rows"
+        else:  # .json: one array of objects, or datasets' {"data": [...]} layout; too varied to sniff cheaply
+            return None
+    except (OSError, UnicodeDecodeError) as exc:
+        return f"cannot read {path}: {exc}"
+    except Exception as exc:  # pyarrow's errors for a file that is not parquet
+        return f"cannot read {path}: {type(exc).__name__}: {str(exc)[:200]}"
+    missing = [c for c in columns if c not in names]
+    if missing:
+        return f"{path} has no `{missing[0]}` field (it has: {', '.join(map(str, names)) or 'none'})"
+    return None
+
+
+def reward_problems(data: dict[str, Any]) -> list[tuple[KeyPath, str]]:
+    """Every reward must resolve to a callable, with its kwargs accepted."""
+    from rewards.registry import RewardLookupError, resolve_reward
+
+    specs = data.get("rewards")
+    out: list[tuple[KeyPath, str]] = []
+    for index, spec in enumerate(specs if isinstance(specs, list) else []):
+        spec = {"name": spec} if isinstance(spec, str) else spec
+        if not isinstance(spec, dict) or not isinstance(spec.get("name"), str):
+            continue  # the schema reports the shape problem
+        kwargs = spec.get("kwargs") or {}
+        try:
+            resolve_reward(spec["name"], kwargs if isinstance(kwargs, dict) else {})
+        except RewardLookupError as exc:
+            out.append((("rewards", index, exc.field), str(exc)))
+    return out
+
+
+def trl_problems(recipe: Recipe) -> list[tuple[KeyPath, str]]:
+    """Check the passthrough section against GRPOConfig itself: field names, then the values by building one."""
+    import dataclasses
+    import tempfile
+
+    from grpo_cli.recipe.grpo_config import grpo_config_kwargs
+
+    import torch
+    from trl import GRPOConfig
+
+    names = [f.name for f in dataclasses.fields(GRPOConfig)]
+    first_class = grpo_config_kwargs(recipe.model_copy(update={"trl": {}}), Path("."))
+    out: list[tuple[KeyPath, str]] = []
+    for key in recipe.trl:
+        if key not in names:
+            close = difflib.get_close_matches(key, names, n=1, cutoff=0.6)
+            hint = f"; did you mean `{close[0]}`?" if close else ""
+            out.append((("trl", key), f"`{key}` is not a GRPOConfig field in the installed trl{hint}"))
+        elif key in first_class:
+            out.append((("trl", key), f"`{key}` is set by the recipe's own sections; set it there instead of under trl:"))
+    if out:
+        return out
+    with tempfile.TemporaryDirectory() as tmp:
+        try:
+            GRPOConfig(**grpo_config_kwargs(recipe, Path(tmp), on_cpu=not torch.cuda.is_available()))
+        except (ValueError, TypeError) as exc:
+            out.append((("trl",), f"GRPOConfig rejects these settings: {exc}"))
+    return out

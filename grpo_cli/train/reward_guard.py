@@ -1,0 +1,116 @@
+"""Every reward runs behind a guard: TRL receives exactly the list of numbers the reward returned (a generator or a
+tuple is turned into that list, never consumed behind TRL's back), and a reward that misbehaves is named in one line.
+
+- raises, returns None, the wrong count, or something that is not a number: `RewardFailure`, which stops the run
+  with a checkpoint of the last finished step;
+- returns NaN or +-inf for some completions: those become None ("cannot judge", which TRL leaves out of the
+  group's reward) and the run warns at every step it happens;
+- takes longer than its `timeout_s` (optional, per reward): `RewardFailure`.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+import signal
+import threading
+from contextlib import contextmanager
+from typing import Any, Callable, Iterator
+
+from rewards.answers import completion_text
+
+
+class RewardFailure(Exception):
+    """A user's reward misbehaved; the message names the reward, the step and what it did."""
+
+
+class GuardedReward:
+    def __init__(self, func: Callable[..., Any], timeout_s: float | None = None, warn: Callable[[str], None] = print,
+                 record: bool = False):
+        self.func = func
+        self.__name__ = getattr(func, "__name__", type(func).__name__)
+        self.timeout_s = timeout_s
+        self.warn = warn
+        self.record = record  # keep the latest (prompt, completion, answer, reward) rows for samples.jsonl
+        self.latest: list[dict[str, Any]] = []
+
+    def __call__(self, prompts=None, completions=None, completion_ids=None, **columns):
+        state = columns.get("trainer_state")
+        step = state.global_step + 1 if state is not None else None
+        expected = len(completions or [])
+        try:
+            with _time_limit(self.timeout_s, f"reward `{self.__name__}` took longer than its timeout_s "
+                                             f"({self.timeout_s} s) at step {step}"):
+                out = self.func(prompts=prompts, completions=completions, completion_ids=completion_ids, **columns)
+                values = self._as_list(out, step)  # inside the limit: a generator computes as it is read
+        except RewardFailure:
+            raise
+        except Exception as exc:
+            raise RewardFailure(f"reward `{self.__name__}` raised at step {step}: {type(exc).__name__}: "
+                                f"{str(exc)[:300]}") from exc
+        if len(values) != expected:
+            raise RewardFailure(f"reward `{self.__name__}` returned {len(values)} values at step {step} for "
+                                f"{expected} completions; return one number (or None) per completion")
+        values = self._numbers(values, step)
+        if self.record:
+            answers = columns.get("answer") or [None] * expected
+            self.latest = [{"prompt": _last_user_message(p), "completion": completion_text(c), "answer": a,
+                            self.__name__: v} for p, c, a, v in zip(prompts or [], completions or [], answers, values)]
+        return values
+
+    def _as_list(self, out: Any, step: int | None) -> list[Any]:
+        if out is None:
+            raise RewardFailure(f"reward `{self.__name__}` returned None at step {step} (a missing `return`?); "
+                                "return a list with one number (or None) per completion")
+        if isinstance(out, (str, bytes, dict)):
+            raise RewardFailure(f"reward `{self.__name__}` returned a {type(out).__name__} at step {step}; return "
+                                "a list with one number (or None) per completion")
+        try:
+            return list(out)
+        except TypeError:
+            raise RewardFailure(f"reward `{self.__name__}` returned {type(out).__name__} at step {step}, not a "
+                                "list; return one number (or None) per completion") from None
+
+    def _numbers(self, values: list[Any], step: int | None) -> list[float | None]:
+        out: list[float | None] = []
+        nonfinite = 0
+        for index, value in enumerate(values):
+            if value is None:
+                out.append(None)
+            elif isinstance(value, numbers.Real):
+                number = float(value)
+                nonfinite += not math.isfinite(number)
+                out.append(number if math.isfinite(number) else None)
+            else:
+                raise RewardFailure(f"reward `{self.__name__}` returned {value!r:.60} ({type(value).__name__}) for "
+                                    f"completion {index} at step {step}; rewards are numbers (or None)")
+        if nonfinite:
+            self.warn(f"warning: reward `{self.__name__}` returned NaN or infinity for {nonfinite} of {len(values)} "
+                      f"completions at step {step}; they count as not judged (None)")
+        return out
+
+
+def _last_user_message(prompt: Any) -> str:
+    if isinstance(prompt, list) and prompt:
+        return str(prompt[-1].get("content", ""))
+    return str(prompt)
+
+
+@contextmanager
+def _time_limit(seconds: float | None, message: str) -> Iterator[None]:
+    """Raise RewardFailure when the block runs longer than `seconds` (SIGALRM: the main thread on POSIX only)."""
+    usable = seconds and hasattr(signal, "setitimer") and threading.current_thread() is threading.main_thread()
+    if not usable:
+        yield
+        return
+
+    def expire(signum, frame):
+        raise RewardFailure(message)
+
+    previous = signal.signal(signal.SIGALRM, expire)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
