@@ -69,3 +69,33 @@ def test_anchors_and_merge_keys_still_work(tmp_path, tiny_llama):
     assert result.exit_code == 0, result.output
     assert "learning_rate: 1.0e-05" in result.output and "max_steps: 3" in result.output
     assert result.output.count("name: correctness") == 2
+
+
+@pytest.mark.parametrize("text, expected", [
+    ("model:\n  name: !!python/object/apply:os.system ['echo pwned']\nrewards: [correctness]\n", ":2: cannot build"),
+    ("model:\n  name: !custom x\nrewards: [correctness]\n", ":2: cannot build"),
+    ("model: {name: x}\n? [a, b]\n: 1\n", ":2: a list is used as a key"),
+    ("model: {name: x}\n? {a: 1}\n: 1\n", ":2: a mapping is used as a key"),
+])
+def test_yaml_the_loader_cannot_build_is_one_line(tmp_path, text, expected):
+    path = tmp_path / "tagged.yaml"
+    path.write_text(text)
+    result = runner.invoke(app, ["validate", str(path)])
+    assert result.exit_code == 2, result.output
+    assert "Traceback" not in result.output
+    assert result.exception is None or isinstance(result.exception, SystemExit)
+    lines = result.output.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"{path}{expected}"), result.output
+
+
+def test_merge_keys_with_overrides_beside_them(tmp_path, tiny_llama):
+    path = tmp_path / "merge.yaml"
+    path.write_text(f"model: {{name: {tiny_llama}, dtype: float32}}\ndata: {{source: generated}}\n"
+                    "rewards: [correctness]\ngrpo: &g {num_generations: 4, temperature: 0.7}\n"
+                    "training:\n  <<: {learning_rate: 1.0e-5, max_steps: 3}\n  max_steps: 5\n  per_device_train_batch_size: 4\n")
+    result = runner.invoke(app, ["validate", str(path), "training.seed=3"])
+    assert result.exit_code == 0, result.output
+    assert "max_steps: 5" in result.output and "learning_rate: 1.0e-05" in result.output
+    broken = path.read_text().replace("max_steps: 5", "max_steps: -7")
+    path.write_text(broken)
+    assert f"{path}:7: training.max_steps" in runner.invoke(app, ["validate", str(path)]).output

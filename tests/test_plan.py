@@ -118,3 +118,41 @@ def test_local_model_dir_architecture(tiny_qwen2, tmp_path):
     recipe = load_recipe(write_recipe(tmp_path, tiny_qwen2))
     arch = architectures.resolve(recipe)
     assert arch.qkv_bias and not arch.tie_word_embeddings and arch.hidden_size == 32
+
+
+def test_plan_reads_the_architecture_from_a_gguf_header(tmp_path):
+    """A model that exists only as a .gguf file: its shape comes from the header, no weight is read."""
+    import gguf
+    import numpy as np
+
+    path = tmp_path / "Tiny-Model.Q8_0.gguf"
+    writer = gguf.GGUFWriter(str(path), "qwen2")
+    for key, value in (("block_count", 3), ("embedding_length", 64), ("feed_forward_length", 160),
+                       ("attention.head_count", 4), ("attention.head_count_kv", 2)):
+        writer.add_uint32(f"qwen2.{key}", value)
+    writer.add_token_list([f"t{i}" for i in range(100)])
+    for name in ("token_embd.weight", "blk.0.attn_q.bias"):
+        writer.add_tensor(name, np.zeros((4, 4), dtype=np.float32))
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    recipe = path.with_suffix(".yaml")
+    recipe.write_text(f"model:\n  name: {path}\nrewards: [correctness]\n")
+    arch = architectures.resolve(load_recipe(recipe, scope="plan"))
+    assert (arch.num_layers, arch.hidden_size, arch.num_heads, arch.num_kv_heads, arch.head_dim) == (3, 64, 4, 2, 16)
+    assert (arch.intermediate_size, arch.vocab_size, arch.tie_word_embeddings, arch.qkv_bias) == (160, 100, True, True)
+    path.write_bytes(path.read_bytes()[:40])  # a cut file: one line, not a traceback
+    result = runner.invoke(app, ["plan", str(recipe)])
+    assert result.exit_code == 2 and "cannot read the architecture" in result.output
+
+
+def test_suggestions_only_name_recipe_fields():
+    """A schema field renamed without its suggestion fails here, not silently in front of a user."""
+    from grpo_cli.plan.fit import candidate_changes
+    from grpo_cli.recipe.validation import is_schema_field
+
+    recipe = load_recipe(ROOT / "recipes/qwen2.5/1.5b_full.yaml", ["model.gradient_checkpointing=false"])
+    keys = {key for _, changes in candidate_changes(recipe) for key in changes}
+    assert len(keys) >= 7
+    assert all(is_schema_field(tuple(key.split("."))) for key in keys), keys
