@@ -18,6 +18,10 @@ def characters(completions, **kwargs):
     return [float(len(c[0]["content"])) for c in completions]
 
 
+def words(completions, **kwargs):
+    return ["many" for _ in completions]
+
+
 def picky(completions, **kwargs):
     if any(len(c[0]["content"]) % 2 for c in completions):
         raise ValueError("odd length")
@@ -38,12 +42,13 @@ def preflight(tmp_path, tiny_llama, rewards, *args):
 
 
 def test_varying_and_failing_rewards_with_all_fields(tmp_path, tiny_llama):
-    data = preflight(tmp_path, tiny_llama, ["characters", "picky"], "--gpu", "24GB")
+    data = preflight(tmp_path, tiny_llama, ["characters", "picky", "words"], "--gpu", "24GB")
     assert data["prompts"] == 6 and data["completions"] == 12
     assert data["zero_variance_share"] < 1.0  # character counts differ within a group
-    characters, picky = data["rewards"]
+    characters, picky, words = data["rewards"]
     assert characters["failed"] == 0 and characters["std"] > 0 and characters["min"] < characters["max"]
-    assert 0 < picky["failed"] < 12 and picky["error"].startswith("ValueError: odd length")
+    assert 0 < picky["failed"] < 12 and "raised: ValueError: odd length" in picky["error"]
+    assert words["failed"] == 12 and "returned 'many' (str)" in words["error"]
     assert any("picky failed on" in a["reason"] for a in data["advice"])
     assert data["measured_peak_gib"] > 0 and data["planned_peak_gib"] > 0 and abs(data["peak_error_pct"]) < 100
     assert data["step_s"] > 0 and 0 <= data["generation_s"] <= data["step_s"]

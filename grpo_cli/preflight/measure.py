@@ -235,14 +235,17 @@ def measure_steps(recipe: Recipe, work: Path, steps: int = 2) -> StepMeasurement
 
 
 def _tolerant(func):
-    """The reward as TRL calls it, with an exception turned into missing values: preflight reports failures from
-    its sampling, and its timing steps must not stop on them."""
+    """The reward behind training's guard, with any failure turned into missing values: preflight reports failures
+    from its sampling, and its timing steps must not stop on them."""
+    from grpo_cli.train.reward_guard import GuardedReward, RewardFailure
+
+    guarded = GuardedReward(func, warn=lambda line: None)
 
     def call(*args, **kwargs):
         try:
-            return func(*args, **kwargs)
-        except Exception:
+            return guarded(*args, **kwargs)
+        except RewardFailure:
             return [None] * len(kwargs.get("completions") or [])
 
-    call.__name__ = getattr(func, "__name__", type(func).__name__)
+    call.__name__ = guarded.__name__
     return call

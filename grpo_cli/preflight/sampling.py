@@ -56,25 +56,28 @@ def _std(values: list[float]) -> float:
 
 
 def score(funcs: list, prompts: list, completions: list, completion_ids: list, columns: dict) -> tuple:
-    """Each reward over the completions, as TRL calls it; a function that raises is retried one completion at a
-    time, so one bad completion costs one value (None), not the batch."""
+    """Each reward over the completions, behind training's guard; a reward that fails it (raises, returns the wrong
+    count or something that is not a number) is retried one completion at a time, so one bad completion costs one
+    value (None), not the batch. NaN and infinity count as None, as in training."""
+    from grpo_cli.train.reward_guard import GuardedReward, RewardFailure
+
     values: list[list[float | None]] = []
     errors: list[str | None] = []
     for func in funcs:
-        error = None
+        guarded, error = GuardedReward(func, warn=lambda line: None), None
         try:
-            out = list(func(prompts=prompts, completions=completions, completion_ids=completion_ids, **columns))
-        except Exception:  # the user's code: find which completions it fails on
+            out = guarded(prompts=prompts, completions=completions, completion_ids=completion_ids, **columns)
+        except RewardFailure:  # the user's code: find which completions it fails on
             out = []
             for i in range(len(completions)):
                 one = {k: [v[i]] for k, v in columns.items()}
                 try:
-                    out.extend(func(prompts=[prompts[i]], completions=[completions[i]],
-                                    completion_ids=[completion_ids[i]], **one))
-                except Exception as exc:
-                    error = error or f"{type(exc).__name__}: {str(exc)[:200]}"
+                    out += guarded(prompts=[prompts[i]], completions=[completions[i]], completion_ids=[completion_ids[i]],
+                                   **one)
+                except RewardFailure as exc:
+                    error = error or str(exc)[:300]
                     out.append(None)
-        values.append([None if v is None or not math.isfinite(float(v)) else float(v) for v in out])
+        values.append(out)
         errors.append(error)
     return values, errors
 

@@ -36,20 +36,20 @@ class GuardedReward:
 
     def __call__(self, prompts=None, completions=None, completion_ids=None, **columns):
         state = columns.get("trainer_state")
-        step = state.global_step + 1 if state is not None else None
+        step = f" at step {state.global_step + 1}" if state is not None else ""  # outside training: no step
         expected = len(completions or [])
         try:
             with _time_limit(self.timeout_s, f"reward `{self.__name__}` took longer than its timeout_s "
-                                             f"({self.timeout_s} s) at step {step}"):
+                                             f"({self.timeout_s} s){step}"):
                 out = self.func(prompts=prompts, completions=completions, completion_ids=completion_ids, **columns)
                 values = self._as_list(out, step)  # inside the limit: a generator computes as it is read
         except RewardFailure:
             raise
         except Exception as exc:
-            raise RewardFailure(f"reward `{self.__name__}` raised at step {step}: {type(exc).__name__}: "
+            raise RewardFailure(f"reward `{self.__name__}` raised{step}: {type(exc).__name__}: "
                                 f"{str(exc)[:300]}") from exc
         if len(values) != expected:
-            raise RewardFailure(f"reward `{self.__name__}` returned {len(values)} values at step {step} for "
+            raise RewardFailure(f"reward `{self.__name__}` returned {len(values)} values{step} for "
                                 f"{expected} completions; return one number (or None) per completion")
         values = self._numbers(values, step)
         if self.record:
@@ -58,20 +58,20 @@ class GuardedReward:
                             self.__name__: v} for p, c, a, v in zip(prompts or [], completions or [], answers, values)]
         return values
 
-    def _as_list(self, out: Any, step: int | None) -> list[Any]:
+    def _as_list(self, out: Any, step: str) -> list[Any]:
         if out is None:
-            raise RewardFailure(f"reward `{self.__name__}` returned None at step {step} (a missing `return`?); "
+            raise RewardFailure(f"reward `{self.__name__}` returned None{step} (a missing `return`?); "
                                 "return a list with one number (or None) per completion")
         if isinstance(out, (str, bytes, dict)):
-            raise RewardFailure(f"reward `{self.__name__}` returned a {type(out).__name__} at step {step}; return "
+            raise RewardFailure(f"reward `{self.__name__}` returned a {type(out).__name__}{step}; return "
                                 "a list with one number (or None) per completion")
         try:
             return list(out)
         except TypeError:
-            raise RewardFailure(f"reward `{self.__name__}` returned {type(out).__name__} at step {step}, not a "
+            raise RewardFailure(f"reward `{self.__name__}` returned {type(out).__name__}{step}, not a "
                                 "list; return one number (or None) per completion") from None
 
-    def _numbers(self, values: list[Any], step: int | None) -> list[float | None]:
+    def _numbers(self, values: list[Any], step: str) -> list[float | None]:
         out: list[float | None] = []
         nonfinite = 0
         for index, value in enumerate(values):
@@ -83,10 +83,10 @@ class GuardedReward:
                 out.append(number if math.isfinite(number) else None)
             else:
                 raise RewardFailure(f"reward `{self.__name__}` returned {value!r:.60} ({type(value).__name__}) for "
-                                    f"completion {index} at step {step}; rewards are numbers (or None)")
+                                    f"completion {index}{step}; rewards are numbers (or None)")
         if nonfinite:
             self.warn(f"warning: reward `{self.__name__}` returned NaN or infinity for {nonfinite} of {len(values)} "
-                      f"completions at step {step}; they count as not judged (None)")
+                      f"completions{step}; they count as not judged (None)")
         return out
 
 
