@@ -8,6 +8,6 @@ import sys
 if sys.path and sys.path[0] in ("", ".", os.getcwd()):
     sys.path.append(sys.path.pop(0))
 
-from grpo_cli.cli import app  # noqa: E402
+from grpo_cli.cli import entry  # noqa: E402
 
-app(prog_name="grpo")
+entry()

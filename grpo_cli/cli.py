@@ -27,6 +27,17 @@ OverridesArg = Annotated[Optional[list[str]], typer.Argument(
     help="key.path=value overrides, validated like the file (e.g. training.max_steps=20).", show_default=False)]
 
 
+def entry() -> None:
+    """The `grpo` console script and `python -m grpo_cli`: on a CPU, the commands that hold a model run with
+    mimalloc (grpo_cli/cpu_memory.py), then the Typer app."""
+    import sys
+
+    from grpo_cli.cpu_memory import reexec_with_mimalloc
+
+    reexec_with_mimalloc(sys.argv[1:])
+    app(prog_name="grpo")
+
+
 @contextmanager
 def user_errors() -> Iterator[None]:
     """Turn a user's mistake into one line per problem and exit code 2, never a traceback."""
@@ -113,7 +124,9 @@ def plan(
     overrides: OverridesArg = None,
     gpu: Annotated[Optional[str], typer.Option("--gpu", help="GPU memory (16GB) or name (RTX 4090, A100-80GB, H100).")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the plan as JSON.")] = False,
-    device: Annotated[str, typer.Option("--device", help="cuda (default) or cpu: the chunked head differs.")] = "cuda",
+    device: Annotated[Optional[str], typer.Option("--device", help="cuda or cpu (default: cuda when a GPU is given "
+                                                  "or present, else cpu, planned as peak RSS against RAM).")] = None,
+    ram: Annotated[Optional[str], typer.Option("--ram", help="RAM for a CPU run (default: this machine's).")] = None,
 ) -> None:
     """Estimate peak GPU memory before loading any weight: where it goes, whether it fits, what to change."""
     from rich.console import Console
@@ -123,7 +136,7 @@ def plan(
     from grpo_cli.recipe.validation import load_recipe
 
     with user_errors():
-        result, suggestions, gpu_label = plan_recipe(load_recipe(recipe, overrides, scope="plan"), gpu, device)
+        result, suggestions, gpu_label = plan_recipe(load_recipe(recipe, overrides, scope="plan"), gpu, device, ram)
     if as_json:
         typer.echo(json.dumps(plan_json(result, suggestions, gpu_label), indent=2))
     else:

@@ -72,6 +72,7 @@ BUILTIN: dict[str, Architecture] = {
     a.name.lower(): a
     for a in [
         _arch("Qwen/Qwen2.5-0.5B-Instruct", 896, 24, 14, 2, 64, 4864, 151936, True, True),
+        _arch("Qwen/Qwen2.5-Coder-0.5B-Instruct", 896, 24, 14, 2, 64, 4864, 151936, True, True),
         _arch("Qwen/Qwen2.5-1.5B-Instruct", 1536, 28, 12, 2, 128, 8960, 151936, True, True),
         _arch("Qwen/Qwen2.5-3B-Instruct", 2048, 36, 16, 2, 128, 11008, 151936, True, True),
         _arch("Qwen/Qwen2.5-7B-Instruct", 3584, 28, 28, 4, 128, 18944, 152064, False, True),

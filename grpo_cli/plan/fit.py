@@ -7,17 +7,22 @@ from typing import Any
 
 from grpo_cli.plan import architectures
 from grpo_cli.plan.architectures import Architecture
-from grpo_cli.plan.gpus import gpu_for
+from grpo_cli.plan.gpus import gpu_for, has_nvidia_gpu, ram_for
 from grpo_cli.plan.memory import Plan, memory_plan
 from grpo_cli.recipe.schema import Recipe
 
 Changes = dict[str, Any]
 
 
-def plan_recipe(recipe: Recipe, gpu: str | None, device: str) -> tuple[Plan, list[tuple[str, Changes, float]], str | None]:
-    """The plan on the GPU named by `--gpu` or the recipe, the suggestions when it does not fit, the GPU's label."""
+def plan_recipe(recipe: Recipe, gpu: str | None, device: str | None, ram: str | None = None
+                ) -> tuple[Plan, list[tuple[str, Changes, float]], str | None]:
+    """The plan on the GPU named by `--gpu` or the recipe, or on the CPU against `--ram` (default: this machine's);
+    the suggestions when it does not fit; the label of the memory it was compared with."""
     arch = architectures.resolve(recipe)
     gpu_label, gpu_bytes = gpu_for(recipe, gpu)
+    device = device or ("cuda" if gpu_bytes or has_nvidia_gpu() else "cpu")
+    if device == "cpu":
+        gpu_label, gpu_bytes = ram_for(ram)
     plan = memory_plan(recipe, arch, device, gpu_bytes)
     return plan, suggest(recipe, arch, device, gpu_bytes) if plan.fits is False else [], gpu_label
 
@@ -65,17 +70,17 @@ def suggest(recipe: Recipe, arch: Architecture, device: str, gpu_bytes: float) -
         except UserError:  # not valid for this recipe (batch rule, ...): not a suggestion
             return None
 
-    baseline = memory_plan(recipe, arch, device, gpu_bytes).peak_smi
+    baseline = memory_plan(recipe, arch, device, gpu_bytes).expected
     singles, helpful = [], []
     for label, changes in candidate_changes(recipe):
         changed = apply(changes)
         if changed is None:
             continue
         plan = memory_plan(changed, arch, device, gpu_bytes)
-        if plan.peak_smi < baseline:
+        if plan.expected < baseline:
             helpful.append((label, changes))
             if plan.fits:
-                singles.append((label, changes, plan.peak_smi))
+                singles.append((label, changes, plan.expected))
     if singles:
         return singles
     combined: Changes = {}
@@ -86,9 +91,9 @@ def suggest(recipe: Recipe, arch: Architecture, device: str, gpu_bytes: float) -
         if trial is None:
             continue
         plan = memory_plan(trial, arch, device, gpu_bytes)
-        if plan.peak_smi >= peak:
+        if plan.expected >= peak:
             continue  # helps alone, but not on top of the changes already taken
-        combined, labels, peak = {**combined, **changes}, labels + [label], plan.peak_smi
+        combined, labels, peak = {**combined, **changes}, labels + [label], plan.expected
         if plan.fits:
-            return [(" + ".join(labels), combined, plan.peak_smi)]
+            return [(" + ".join(labels), combined, plan.expected)]
     return []

@@ -1,4 +1,4 @@
-"""GPU names -> memory (GiB, as the vendors' data sheets give it) for `grpo plan --gpu NAME`."""
+"""GPU names -> memory (GiB, as the vendors' data sheets give it) for `grpo plan --gpu NAME`; the RAM a CPU run has."""
 
 from __future__ import annotations
 
@@ -35,3 +35,35 @@ def gpu_for(recipe, flag: str | None) -> tuple[str | None, float | None]:
     hardware = recipe.hardware
     spec = flag or hardware.gpu or (f"{hardware.gpu_memory_gb}GB" if hardware.gpu_memory_gb else None)
     return gpu_memory_bytes(spec) if spec else (None, None)
+
+
+def has_nvidia_gpu() -> bool:
+    """A CUDA GPU on this machine, told without importing torch (plan stays light): its driver is loaded."""
+    import os
+
+    return os.path.exists("/proc/driver/nvidia/version")
+
+
+def ram_for(flag: str | None) -> tuple[str, float]:
+    """`--ram 24GB`, or this machine's physical memory."""
+    import os
+
+    if flag:
+        number = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*(gib|gb|g)?\s*", flag.lower())
+        if not number:
+            raise UserError(f"--ram {flag!r}: give the memory as a number of GiB, e.g. --ram 24GB")
+        return f"{number.group(1)} GiB of RAM", float(number.group(1)) * 2**30
+    total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    return f"this machine's {total / 2**30:.0f} GiB of RAM", float(total)
+
+
+def available_ram() -> float | None:
+    """Bytes the kernel says a new allocation can still get (MemAvailable), or None where it does not say."""
+    try:
+        with open("/proc/meminfo", encoding="ascii") as meminfo:
+            for line in meminfo:
+                if line.startswith("MemAvailable:"):
+                    return float(line.split()[1]) * 1024
+    except OSError:
+        return None
+    return None

@@ -18,6 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from grpo_cli.plan.architectures import Architecture
+from grpo_cli.plan.sharding import Term, per_process
 from grpo_cli.recipe.schema import Recipe
 
 GIB = 2**30
@@ -50,14 +51,11 @@ ADAM8_BYTES = 2 + 2 * 4 / 256
 # What nvidia-smi shows beyond torch's live tensors: the CUDA context and the caching allocator's slack.
 CUDA_CONTEXT_GIB = 0.6
 ALLOCATOR_SLACK = 0.10
-
-
-@dataclass
-class Term:
-    name: str
-    bytes: float
-    phase: str  # static | generation | training | comparison
-    formula: str
+# What the kernel counts for a CPU process beyond its live tensors (peak RSS): the Python runtime with torch,
+# transformers and TRL imported (measured 0.47 GiB), and the allocator's overhead in proportion to the tensors.
+# FITTED on benchmarks/cpu_memory.jsonl with grpo's allocator settings (grpo_cli/cpu_memory.py).
+CPU_RUNTIME_GIB = 0.47
+CPU_RSS_PER_TENSOR_BYTE = 1.05
 
 
 @dataclass
@@ -70,11 +68,21 @@ class Plan:
     peak_tensors: float
     peak_smi: float
     device: str
-    gpu_bytes: float | None = None
+    gpu_bytes: float | None = None  # the memory the run has: the GPU's, or the machine's RAM for device "cpu"
+
+    @property
+    def peak_rss(self) -> float:
+        """Peak resident set of a CPU process: the runtime plus the tensors with the allocator's overhead."""
+        return CPU_RUNTIME_GIB * GIB + CPU_RSS_PER_TENSOR_BYTE * self.peak_tensors
+
+    @property
+    def expected(self) -> float:
+        """What the fit verdict compares: nvidia-smi's figure on a GPU, the process's peak RSS on a CPU."""
+        return self.peak_rss if self.device == "cpu" else self.peak_smi
 
     @property
     def fits(self) -> bool | None:
-        return None if self.gpu_bytes is None else self.peak_smi <= self.gpu_bytes
+        return None if self.gpu_bytes is None else self.expected <= self.gpu_bytes
 
     def term(self, name: str) -> Term:
         return next(t for t in self.terms if t.name == name)
@@ -91,7 +99,7 @@ def memory_plan(recipe: Recipe, arch: Architecture, device: str = "cuda", gpu_by
     w = DTYPE_BYTES[recipe.model.dtype]
     terms = _static_terms(recipe, arch, device, w) + _generation_terms(recipe, arch, device, w)
     terms += _training_terms(recipe, arch, device, w)
-    terms = _per_process(terms, recipe, arch, w)
+    terms = per_process(terms, recipe, arch, w)
 
     static = sum(t.bytes for t in terms if t.phase == "static")
     generation = sum(t.bytes for t in terms if t.phase == "generation")
@@ -251,38 +259,3 @@ def _training_terms(recipe: Recipe, arch: Architecture, device: str, w: int) -> 
     terms.append(Term("gradients", grads, "training-late", f"P_t {trainable / 1e6:.2f}M x {param_bytes} B"))
 
     return terms
-
-
-# What each strategy splits across N processes (DeepSpeed ZeRO paper, Rajbhandari et al. 2020, section 5;
-# FSDP shards like ZeRO-3). Memory that is not listed stays whole on every process.
-SHARDED = {"ddp": (), "zero2": ("optimizer states", "gradients"),
-           "zero3": ("optimizer states", "gradients", "weights", "lora adapters", "reference model"),
-           "fsdp": ("optimizer states", "gradients", "weights", "lora adapters", "reference model")}
-
-
-def _per_process(terms: list[Term], recipe: Recipe, arch: Architecture, w: int) -> list[Term]:
-    """One process's share under distributed.strategy, plus what the strategy itself adds."""
-    n, strategy = recipe.num_processes, recipe.distributed.strategy
-    if n == 1:
-        return terms
-    out = []
-    for t in terms:
-        if t.name in SHARDED[strategy] and t.bytes:
-            t = Term(t.name, t.bytes / n, t.phase, f"({t.formula}) / {n} processes ({strategy} shards it)")
-        out.append(t)
-    layer = (arch.params - arch.embedding_params) / arch.num_layers * w
-    if strategy == "ddp":
-        # DDP's reducer keeps its own flat gradient buckets beside param.grad (gradient_as_bucket_view=False).
-        grads = next(t.bytes for t in terms if t.name == "gradients")
-        out.append(Term("DDP gradient buckets", grads, "static", "a second copy of the gradients for all-reduce"))
-    elif strategy in ("zero3", "fsdp"):
-        # The layer being computed and the prefetched next one are gathered whole.
-        out.append(Term("gathered layers", 2 * layer, "training", f"2 decoder layers x {layer / 1e6:.0f} MB, gathered"))
-        weights = next(t.bytes for t in terms if t.name == "weights")
-        if strategy == "zero3" and recipe.trl.get("ds3_gather_for_generation", True):
-            # TRL gathers every weight for generation (GRPOConfig.ds3_gather_for_generation, default True).
-            out.append(Term("weights gathered for generation", weights * (n - 1) / n, "generation",
-                            "trl.ds3_gather_for_generation=true: the full model on each GPU while sampling"))
-        else:
-            out.append(Term("gathered layers (generation)", 2 * layer, "generation", "FSDP2 gathers layer by layer"))
-    return out

@@ -32,10 +32,11 @@ def plan_json(plan: Plan, suggestions: list[tuple[str, dict, float]], gpu_label:
         "training_phase_gib": round(plan.training / GIB, 4),
         "peak_tensors_gib": round(plan.peak_tensors / GIB, 4),
         "peak_nvidia_smi_gib": round(plan.peak_smi / GIB, 4),
+        "peak_rss_gib": round(plan.peak_rss / GIB, 4),
         "gpu": gpu_label,
         "gpu_gib": None if plan.gpu_bytes is None else round(plan.gpu_bytes / GIB, 2),
         "fits": plan.fits,
-        "suggestions": [{"change": label, "overrides": override_args(o), "peak_nvidia_smi_gib": round(peak / GIB, 3)}
+        "suggestions": [{"change": label, "overrides": override_args(o), "peak_expected_gib": round(peak / GIB, 3)}
                         for label, o, peak in suggestions],
     }
 
@@ -57,17 +58,21 @@ def print_plan(console: Console, plan: Plan, suggestions, gpu_label: str | None,
     which = "generation" if plan.generation >= plan.training else "training"
     console.print(f"peak = static {plan.static / GIB:.2f} + max(generation {plan.generation / GIB:.2f}, "
                   f"training {plan.training / GIB:.2f}) -> the {which} phase sets the peak")
-    console.print(f"[bold]peak tensors[/] (torch.cuda.max_memory_allocated): {plan.peak_tensors / GIB:.2f} GiB")
-    console.print(f"[bold]expected in nvidia-smi[/] (+ allocator slack and CUDA context): {plan.peak_smi / GIB:.2f} GiB")
+    if plan.device == "cpu":
+        console.print(f"[bold]peak tensors[/] (live tensor bytes): {plan.peak_tensors / GIB:.2f} GiB")
+        console.print(f"[bold]expected peak RSS[/] of the process (+ runtime and allocator): {plan.peak_rss / GIB:.2f} GiB")
+    else:
+        console.print(f"[bold]peak tensors[/] (torch.cuda.max_memory_allocated): {plan.peak_tensors / GIB:.2f} GiB")
+        console.print(f"[bold]expected in nvidia-smi[/] (+ allocator slack and CUDA context): {plan.peak_smi / GIB:.2f} GiB")
     if plan.gpu_bytes is None:
         console.print("no GPU given: add --gpu 24GB (or a name such as 'RTX 4090'), or hardware.gpu in the recipe")
         return
     if plan.fits:
         console.print(f"[green]fits[/] {_gpu(gpu_label, plan)} with "
-                      f"{(plan.gpu_bytes - plan.peak_smi) / GIB:.1f} GiB to spare")
+                      f"{(plan.gpu_bytes - plan.expected) / GIB:.1f} GiB to spare")
         return
     console.print(f"[red]does not fit[/] {_gpu(gpu_label, plan)}: "
-                  f"{(plan.peak_smi - plan.gpu_bytes) / GIB:.1f} GiB short")
+                  f"{(plan.expected - plan.gpu_bytes) / GIB:.1f} GiB short")
     if not suggestions:
         console.print("no single change in the list makes it fit; consider a smaller model or more GPUs")
     for label, changes, peak in suggestions:
@@ -76,4 +81,4 @@ def print_plan(console: Console, plan: Plan, suggestions, gpu_label: str | None,
 
 def _gpu(label: str | None, plan: Plan) -> str:
     size = f"{plan.gpu_bytes / GIB:.0f} GiB"
-    return size if label is None or label.endswith("GiB") else f"{label} ({size})"
+    return size if label is None or "GiB" in label else f"{label} ({size})"

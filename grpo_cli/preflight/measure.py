@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from grpo_cli.recipe.schema import Recipe
+from grpo_cli.train.phases import around_generation
 
 PROMPT = "Ava has 5 apples and buys 7 more. How many apples does Ava have now?"
 
@@ -98,35 +99,9 @@ class LiveTensorBytes:
         return self._mode.__exit__(*exc)
 
 
-GENERATION_SEAM = "_generate_and_score_completions"  # GRPOTrainer's private generate-and-score phase (trl 1.x)
-
-
-def _around_generation(trainer, on_start, on_end) -> None:
-    """Call `on_start`/`on_end` around each generate-and-score phase of the trainer's steps.
-
-    The method is TRL's private one: if an upgrade renames it, say so at start-up instead of timing nothing."""
-    original = getattr(trainer, GENERATION_SEAM, None)
-    if not callable(original):
-        from importlib.metadata import version
-
-        from grpo_cli.errors import UserError
-
-        raise UserError(f"the installed trl {version('trl')} has no GRPOTrainer.{GENERATION_SEAM}, which preflight "
-                        "times generation by; install the trl range grpo supports: pip install 'trl>=1.16,<2'")
-
-    def wrapped(*args, **kwargs):
-        on_start()
-        try:
-            return original(*args, **kwargs)
-        finally:
-            on_end()
-
-    setattr(trainer, GENERATION_SEAM, wrapped)
-
-
 def _mark_generation(trainer, tracker) -> None:
     """Attribute allocations made while generating and scoring to the generation phase."""
-    _around_generation(trainer, lambda: setattr(tracker, "phase", "generation"),
+    around_generation(trainer, lambda: setattr(tracker, "phase", "generation"),
                        lambda: setattr(tracker, "phase", "training"))
 
 
@@ -167,6 +142,7 @@ class StepMeasurement:
     """What `grpo preflight` measures over a few real worst-case steps (full-length completions)."""
 
     peak_bytes: float  # CUDA: max_memory_allocated; CPU: live tensor bytes during the last step
+    rss_bytes: float  # the process's peak resident set so far (sampling and steps), as the kernel counts it
     reserved_bytes: float | None  # CUDA: what the caching allocator held (nvidia-smi shows this + the context)
     step_seconds: list[float]  # wall time of each untracked step
     generation_seconds: list[float]  # the generation-and-scoring part of those steps
@@ -205,7 +181,7 @@ def measure_steps(recipe: Recipe, work: Path, steps: int = 2) -> StepMeasurement
     def add_generation_time() -> None:
         clock["generation"] += time.perf_counter() - started["generation"]
 
-    _around_generation(trainer, lambda: started.update(generation=time.perf_counter()), add_generation_time)
+    around_generation(trainer, lambda: started.update(generation=time.perf_counter()), add_generation_time)
 
     class StepClock(TrainerCallback):
         def on_step_begin(self, args, state, control, **kwargs):
@@ -231,7 +207,16 @@ def measure_steps(recipe: Recipe, work: Path, steps: int = 2) -> StepMeasurement
         peak, reserved = float(torch.cuda.max_memory_allocated()), float(torch.cuda.max_memory_reserved())
     else:
         peak, reserved = float(tracker.peak), None
-    return StepMeasurement(peak, reserved, step_seconds, generation_seconds, "cuda" if cuda else "cpu", ran)
+    return StepMeasurement(peak, reserved, peak_rss(), step_seconds, generation_seconds, "cuda" if cuda else "cpu", ran)
+
+
+def peak_rss() -> float:
+    """Peak resident set of this process in bytes (ru_maxrss is KiB on Linux, bytes on macOS)."""
+    import resource
+    import sys
+
+    scale = 1 if sys.platform == "darwin" else 1024
+    return float(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * scale)
 
 
 def _tolerant(func):

@@ -14,6 +14,8 @@ def preflight_json(result: Preflight) -> dict[str, Any]:
     return {
         "device": result.measured.device,
         "measured_peak_gib": round(result.measured.peak_bytes / GIB, 4),
+        "measured_peak_rss_gib": round(result.measured.rss_bytes / GIB, 4),
+        "planned_peak_rss_gib": round(result.planned.peak_rss / GIB, 4),
         "measured_reserved_gib": None if result.measured.reserved_bytes is None
         else round(result.measured.reserved_bytes / GIB, 4),
         "planned_peak_gib": round(result.planned.peak_tensors / GIB, 4),
@@ -48,6 +50,9 @@ def print_preflight(console, result: Preflight, command: str) -> None:
     kind = "torch.cuda.max_memory_allocated" if m.device == "cuda" else "live tensors on this CPU"
     console.print(f"[bold]fit[/]  measured peak {m.peak_bytes / GIB:.2f} GiB ({kind}) vs plan "
                   f"{result.planned.peak_tensors / GIB:.2f} GiB: plan error {result.peak_error_pct:+.1f}%")
+    if m.device == "cpu":
+        console.print(f"     peak RSS of this process {m.rss_bytes / GIB:.2f} GiB (sampling and steps, as the kernel "
+                      f"counts it) vs plan {result.planned.peak_rss / GIB:.2f} GiB")
     source = "measured, plan error applied" if m.device == "cuda" else "planned; not measured on a GPU here"
     if result.fits is None:
         console.print(f"     expected in nvidia-smi on a GPU: {result.verdict_smi / GIB:.2f} GiB ({source}); "

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import resource
 import signal
 import sys
@@ -63,6 +64,7 @@ class MetricsCallback(TrainerCallback):
             "completion_tokens_per_s": round(mean_length * self.generation_batch / step_time, 2) if step_time else None,
             "peak_memory_gb": round(peak, 4),
             "peak_memory_kind": kind,  # rank 0's
+            "allocator": os.environ.get("GRPO_ALLOCATOR", "system"),  # mimalloc on a CPU (grpo_cli/cpu_memory.py)
             "world_size": args.world_size,
         }
         with self.metrics_path.open("a", encoding="utf-8") as fh:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from rich.console import Console
@@ -23,6 +24,8 @@ class TrainingDisplay:
         self.total = total_steps
         self.history: list[dict] = []
         self.progress = None
+        self.stats = "generating..."
+        self._last_phase_line = time.monotonic()
         if console.is_terminal:
             self.progress = progress_bar(console, "step")
             self.task = self.progress.add_task("train", total=total_steps, stats="generating...")
@@ -36,9 +39,19 @@ class TrainingDisplay:
         if self.progress:
             self.progress.stop()
 
+    def phase(self, text: str) -> None:
+        """Where the current step is (generating token k/N, training micro-batch i/n). In a log, a line at most
+        every 30 s, so a long step shows it is alive without flooding the file."""
+        if self.progress:
+            self.progress.update(self.task, stats=f"{self.stats}  | {text}")
+        elif time.monotonic() - self._last_phase_line >= 30:
+            self._last_phase_line = time.monotonic()
+            self.console.print(f"  step {len(self.history) + 1}/{self.total}: {text}", highlight=False)
+
     def update(self, record: dict) -> None:
         self.history.append(record)
         stats = "  ".join(f"{label} {_fmt(record.get(key))}" for key, label in SHOWN if key in record)
+        self.stats = stats
         if self.progress:
             self.progress.update(self.task, completed=record["step"], stats=stats)
         else:

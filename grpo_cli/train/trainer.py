@@ -74,6 +74,7 @@ def train(recipe: Recipe, resume: bool = False, console: Console | None = None) 
     from grpo_cli.train.callbacks import InterruptCallback, MetricsCallback
     from grpo_cli.train.display import TrainingDisplay
     from grpo_cli.train.distributed import process_rank
+    from grpo_cli.train.phases import StepPhases
     from grpo_cli.train.model_card import write_model_card
     from grpo_cli.train.reward_guard import RewardFailure
     from grpo_cli.train.run_dir import FINAL_DIR
@@ -89,10 +90,14 @@ def train(recipe: Recipe, resume: bool = False, console: Console | None = None) 
     metrics_cb = MetricsCallback(run_dir, recipe.training.log_completions, recipe.generation_batch_size,
                                  reward_funcs[0], on_metrics=lambda record: displays and displays[0].update(record))
     console.print(f"[bold]grpo train[/] {recipe.run_name}: {recipe.method} on {recipe.model.name} -> {run_dir}")
+    for line in ram_warning(recipe):
+        console.print(line, style="yellow", highlight=False, soft_wrap=True)
     trainer, prepared = build_trainer(recipe, run_dir, [metrics_cb, interrupt], reward_funcs)
     for line in prepared.report(recipe):
         console.print(line, highlight=False)
     displays.append(TrainingDisplay(console, recipe.total_steps(len(prepared.dataset))))
+    StepPhases(displays[0].phase, recipe.grpo.max_completion_length, recipe.generation_batch_per_process,
+               recipe.training.gradient_accumulation_steps).install(trainer)
     interrupt.install()
     try:
         with displays[0]:
@@ -116,6 +121,34 @@ def train(recipe: Recipe, resume: bool = False, console: Console | None = None) 
     if final_dir:
         console.print(f"saved {'adapter' if recipe.lora else 'model'} to {final_dir}; plot with: grpo report {run_dir}")
     return TrainResult(run_dir, trainer.state.global_step, interrupt.requested, final_dir, displays[0].history)
+
+
+def ram_warning(recipe: Recipe) -> list[str]:
+    """On a CPU, before any weight loads: the plan's peak RSS against the memory the kernel says is available, and
+    the cheapest change that fits (the kernel kills a process that runs out, without a word)."""
+    import torch
+
+    from grpo_cli.plan import architectures
+    from grpo_cli.plan.fit import suggest
+    from grpo_cli.plan.gpus import available_ram
+    from grpo_cli.plan.memory import GIB, memory_plan
+    from grpo_cli.plan.view import override_args
+
+    available = available_ram()
+    if torch.cuda.is_available() or available is None:
+        return []
+    try:
+        arch = architectures.resolve(recipe)
+    except UserError:  # an architecture the plan cannot read offline: nothing to compare
+        return []
+    plan = memory_plan(recipe, arch, "cpu", available)
+    if plan.fits:
+        return []
+    lines = [f"warning: the plan expects a peak RSS of {plan.peak_rss / GIB:.1f} GiB and {available / GIB:.1f} GiB is "
+             "available: the kernel may stop this run without a message"]
+    for label, changes, peak in suggest(recipe, arch, "cpu", available)[:1]:
+        lines.append(f"  {label} ({peak / GIB:.1f} GiB): add {' '.join(override_args(changes))}")
+    return lines
 
 
 def guarded_rewards(recipe: Recipe, warn=print) -> list:

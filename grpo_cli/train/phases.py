@@ -1,0 +1,76 @@
+"""Inside a step: which phase it is in (generating token k of N for the batch, training micro-batch i of n), so a
+step of several minutes on a CPU is not minutes of silence. Also the one place that wraps TRL's private
+generate-and-score method, for this display and for preflight's phase timing."""
+
+from __future__ import annotations
+
+import time
+from typing import Callable
+
+from transformers import TrainerCallback
+
+from grpo_cli.errors import UserError
+
+GENERATION_SEAM = "_generate_and_score_completions"  # GRPOTrainer's private generate-and-score phase (trl 1.x)
+
+
+def around_generation(trainer, on_start: Callable[[], None], on_end: Callable[[], None]) -> None:
+    """Call `on_start`/`on_end` around each generate-and-score phase of the trainer's steps.
+
+    The method is TRL's private one: if an upgrade renames it, say so at start-up instead of showing nothing."""
+    original = getattr(trainer, GENERATION_SEAM, None)
+    if not callable(original):
+        from importlib.metadata import version
+
+        raise UserError(f"the installed trl {version('trl')} has no GRPOTrainer.{GENERATION_SEAM}, which grpo "
+                        "measures and shows the generation phase by; install the trl range grpo supports: "
+                        "pip install 'trl>=1.16,<2'")
+
+    def wrapped(*args, **kwargs):
+        on_start()
+        try:
+            return original(*args, **kwargs)
+        finally:
+            on_end()
+
+    setattr(trainer, GENERATION_SEAM, wrapped)
+
+
+class StepPhases(TrainerCallback):
+    """Feeds `show(text)` with the phase: a forward hook counts decode steps while generating (one model call per
+    new token), the substep callbacks count micro-batches while training."""
+
+    def __init__(self, show: Callable[[str], None], budget: int, batch: int, micro_batches: int):
+        self.show, self.budget, self.batch, self.micro_batches = show, budget, batch, micro_batches
+        self.generating = False
+        self.calls = 0
+        self.started = 0.0
+        self.micro = 0
+
+    def install(self, trainer) -> None:
+        around_generation(trainer, self._generation_start, self._generation_end)
+        model = trainer.model
+        causal_lm = model.get_base_model() if hasattr(model, "get_base_model") else model  # what generate() calls
+        causal_lm.register_forward_hook(self._forward)
+        trainer.add_callback(self)
+
+    def _generation_start(self) -> None:
+        self.generating, self.calls, self.started = True, 0, time.perf_counter()
+        self.show(f"generating {self.batch} completions...")
+
+    def _generation_end(self) -> None:
+        self.generating, self.micro = False, 0
+        self.show(f"generated in {time.perf_counter() - self.started:.0f} s; training micro-batch 1/{self.micro_batches}")
+
+    def _forward(self, module, args, output) -> None:
+        if not self.generating:
+            return
+        self.calls += 1  # call 1 reads the prompts; each later call adds one token to every unfinished completion
+        if self.calls > 1 and (self.calls % 8 == 0 or self.calls == 2):
+            elapsed = time.perf_counter() - self.started
+            self.show(f"generating {self.batch} completions: token {self.calls - 1}/{self.budget} "
+                      f"({(self.calls - 1) * self.batch / elapsed:.0f} tokens/s)")
+
+    def on_substep_end(self, args, state, control, **kwargs):
+        self.micro += 1
+        self.show(f"training micro-batch {min(self.micro + 1, self.micro_batches)}/{self.micro_batches}")

@@ -1,0 +1,65 @@
+"""The CPU process: mimalloc preloaded for the commands that hold a model, the plan's peak RSS against RAM, the
+warning before loading, and progress inside a step."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+from typer.testing import CliRunner
+
+from conftest import ROOT, write_recipe
+from grpo_cli.cli import app
+
+runner = CliRunner()
+
+
+def test_training_runs_with_mimalloc_preloaded(tmp_path, tiny_llama):
+    recipe = write_recipe(tmp_path, tiny_llama, training={"max_steps": 1})
+    env = {k: v for k, v in os.environ.items() if k not in ("GRPO_ALLOCATOR", "LD_PRELOAD")}
+    done = subprocess.run([sys.executable, "-m", "grpo_cli", "train", str(recipe)], capture_output=True, text=True,
+                          env=env, cwd=tmp_path, timeout=300)
+    assert done.returncode == 0, done.stderr
+    (record,) = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert record["allocator"] == "mimalloc"
+    assert record["peak_memory_kind"] == "cpu_peak_rss" and record["peak_memory_gb"] > 0
+
+
+def test_plan_on_a_cpu_gives_peak_rss_against_ram_and_the_fix():
+    recipe = ROOT / "recipes/gsm8k/qwen2.5_coder_0.5b_cpu.yaml"
+    args = ["plan", str(recipe), "grpo.max_completion_length=256", "model.gradient_checkpointing=false",
+            "--device", "cpu", "--ram", "12GB", "--json"]
+    plan = json.loads(runner.invoke(app, args).stdout)
+    assert plan["device"] == "cpu" and plan["peak_rss_gib"] > plan["peak_tensors_gib"]
+    assert plan["fits"] is False and plan["gpu_gib"] == 12
+    assert any("model.gradient_checkpointing=true" in s["overrides"] for s in plan["suggestions"])
+    assert all(s["peak_expected_gib"] <= 12 for s in plan["suggestions"])
+    text = runner.invoke(app, args[:-1]).output
+    assert "expected peak RSS" in text and "does not fit" in text
+    bad = runner.invoke(app, ["plan", str(recipe), "--device", "cpu", "--ram", "lots"])
+    assert bad.exit_code == 2 and "--ram" in bad.output
+
+
+def test_train_warns_before_loading_when_the_plan_exceeds_free_ram(tmp_path, tiny_llama, monkeypatch):
+    import grpo_cli.plan.gpus as gpus
+
+    monkeypatch.setattr(gpus, "available_ram", lambda: 100e6)  # 100 MB free
+    result = runner.invoke(app, ["train", str(write_recipe(tmp_path, tiny_llama, training={"max_steps": 1}))])
+    assert result.exit_code == 0, result.output
+    assert "warning: the plan expects a peak RSS of" in result.output and "the kernel may stop this run" in result.output
+
+
+def test_a_step_says_which_phase_it_is_in(tmp_path, tiny_llama, monkeypatch):
+    from grpo_cli.train.display import TrainingDisplay
+
+    seen: list[str] = []
+    monkeypatch.setattr(TrainingDisplay, "phase", lambda self, text: seen.append(text))
+    recipe = write_recipe(tmp_path, tiny_llama, training={"max_steps": 1, "gradient_accumulation_steps": 2})
+    result = runner.invoke(app, ["train", str(recipe)])
+    assert result.exit_code == 0, result.output
+    assert seen[0] == "generating 8 completions..."
+    assert any(text.startswith("generating 8 completions: token 1/8") for text in seen), seen
+    assert any(text.startswith("generated in") and text.endswith("micro-batch 1/2") for text in seen), seen
+    assert "training micro-batch 2/2" in seen
