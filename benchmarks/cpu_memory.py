@@ -7,6 +7,7 @@ what grpo itself runs with on a CPU.
 
     python benchmarks/cpu_memory.py [--configs demo,demo_long] [--allocators default,tool] [--steps 3]
     # prints a table and appends rows to benchmarks/cpu_memory.jsonl
+    python benchmarks/cpu_memory.py --report   # grpo plan's peak RSS beside each measured one
 """
 
 from __future__ import annotations
@@ -84,9 +85,12 @@ recipe = load_recipe(sys.argv[1], json.loads(sys.argv[2]), scope="preflight")
 started = time.perf_counter()
 with tempfile.TemporaryDirectory() as tmp:
     m = measure_steps(recipe, Path(tmp), int(sys.argv[4]))
+ran = m.recipe
 print(json.dumps({"live_peak": m.peak_bytes, "rss_peak": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
                   "step_s": m.step_seconds, "generation_s": m.generation_seconds,
-                  "wall_s": time.perf_counter() - started}))
+                  "wall_s": time.perf_counter() - started, "batch": ran.generation_batch_per_process,
+                  "completion": ran.grpo.max_completion_length, "prompt": ran.data.max_prompt_length,
+                  "checkpointing": ran.model.gradient_checkpointing, "method": ran.method}))
 """
 
 
@@ -103,13 +107,47 @@ def run(config: str, allocator: str, steps: int) -> dict:
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
+def report(path: Path) -> None:
+    """`grpo plan`'s CPU figures for every configuration measured with grpo's own allocator, beside the measurement.
+
+    The plan is made for the recipe exactly as it ran (measure_steps' fixed-length prompts, full completions)."""
+    import tempfile
+
+    from grpo_cli import models
+    from grpo_cli.plan import architectures
+    from grpo_cli.plan.memory import GIB, memory_plan
+    from grpo_cli.preflight.measure import calibration_recipe
+    from grpo_cli.quiet import quiet_libraries
+    from grpo_cli.recipe.validation import load_recipe
+
+    quiet_libraries()
+    latest = {}
+    for line in path.read_text().splitlines():
+        row = json.loads(line)
+        if row["allocator"] == "tool":
+            latest[row["config"]] = row  # the newest measurement of each configuration
+    print(f"{'config':18s} {'live':>6s} {'plan':>6s} {'RSS':>6s} {'plan RSS':>8s} {'error':>6s}   (GiB)")
+    for config, row in latest.items():
+        recipe = load_recipe(CONFIGS[config][0], CONFIGS[config][1], scope="plan")
+        with tempfile.TemporaryDirectory() as tmp:
+            ran = calibration_recipe(recipe, models.load_tokenizer(recipe), Path(tmp))
+        plan = memory_plan(ran, architectures.resolve(ran), "cpu")
+        error = 100 * (plan.peak_rss - row["rss_peak"]) / row["rss_peak"]
+        print(f"{config:18s} {row['live_peak'] / GIB:6.2f} {plan.peak_tensors / GIB:6.2f} {row['rss_peak'] / GIB:6.2f} "
+              f"{plan.peak_rss / GIB:8.2f} {error:+5.1f}%")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--configs", default="demo")
     parser.add_argument("--allocators", default="default,tool")
     parser.add_argument("--steps", type=int, default=3)
+    parser.add_argument("--report", action="store_true", help="only compare the plan with the rows measured so far")
     args = parser.parse_args()
     out = ROOT / "benchmarks" / "cpu_memory.jsonl"
+    if args.report:
+        report(out)
+        return
     print(f"{'config':18s} {'allocator':9s} {'live GiB':>9s} {'RSS GiB':>8s} {'RSS/live':>8s} {'step s':>7s}")
     for config in args.configs.split(","):
         for allocator in args.allocators.split(","):

@@ -51,6 +51,7 @@ def test_varying_and_failing_rewards_with_all_fields(tmp_path, tiny_llama):
     assert words["failed"] == 12 and "returned 'many' (str)" in words["error"]
     assert any("picky failed on" in a["reason"] for a in data["advice"])
     assert data["measured_peak_gib"] > 0 and data["planned_peak_gib"] > 0 and abs(data["peak_error_pct"]) < 100
+    assert data["measured_peak_rss_gib"] > data["measured_peak_gib"] and data["planned_peak_rss_gib"] > 0
     assert data["step_s"] > 0 and 0 <= data["generation_s"] <= data["step_s"]
     assert data["total_steps"] == 2 and 0 < data["eta_s"] <= data["eta_worst_s"] * 1.001
     assert data["fits"] is True and data["gpu_gib"] == 24

@@ -51,11 +51,12 @@ ADAM8_BYTES = 2 + 2 * 4 / 256
 # What nvidia-smi shows beyond torch's live tensors: the CUDA context and the caching allocator's slack.
 CUDA_CONTEXT_GIB = 0.6
 ALLOCATOR_SLACK = 0.10
-# What the kernel counts for a CPU process beyond its live tensors (peak RSS): the Python runtime with torch,
-# transformers and TRL imported (measured 0.47 GiB), and the allocator's overhead in proportion to the tensors.
-# FITTED on benchmarks/cpu_memory.jsonl with grpo's allocator settings (grpo_cli/cpu_memory.py).
-CPU_RUNTIME_GIB = 0.47
-CPU_RSS_PER_TENSOR_BYTE = 1.05
+# What the kernel counts for a CPU process beyond its live tensors (peak RSS): a fixed part (the Python runtime
+# with torch, transformers and TRL imported is 0.47 GiB of it; tokenizer, data and libraries' buffers the rest) and
+# the allocator's overhead in proportion to the tensors. FITTED (least squares, peak RSS against measured live
+# tensors) on benchmarks/cpu_memory.jsonl: five configurations with grpo's allocator (mimalloc), 135M and 0.5B.
+CPU_RUNTIME_GIB = 0.65
+CPU_RSS_PER_TENSOR_BYTE = 1.07
 
 
 @dataclass
