@@ -22,6 +22,12 @@ app = typer.Typer(
 recipes_app = typer.Typer(help="List and copy the shipped recipes.", no_args_is_help=True)
 app.add_typer(recipes_app, name="recipes")
 
+def examples(*lines: str) -> str:
+    """A command's help epilog: each example command, with what it does after a `|`."""
+    shown = [f"`{cmd}`" + (f"  ({note})" if note else "") for cmd, _, note in (line.partition("|") for line in lines)]
+    return "**Examples**\n\n" + "\n\n".join(shown)
+
+
 RecipeArg = Annotated[Path, typer.Argument(help="Recipe YAML file.", show_default=False)]
 OverridesArg = Annotated[Optional[list[str]], typer.Argument(
     help="key.path=value overrides, validated like the file (e.g. training.max_steps=20).", show_default=False)]
@@ -67,10 +73,7 @@ def main(
 
 
 @app.command(
-    epilog="**Examples**\n\n"
-    "`grpo validate recipes/demo.yaml`\n\n"
-    "`grpo validate my.yaml training.max_steps=20 lora.r=8`"
-)
+    epilog=examples("grpo validate recipes/demo.yaml", "grpo validate my.yaml training.max_steps=20 lora.r=8"))
 def validate(recipe: RecipeArg, overrides: OverridesArg = None) -> None:
     """Check a recipe (with overrides) and print it with every default filled in."""
     import yaml
@@ -88,12 +91,9 @@ def validate(recipe: RecipeArg, overrides: OverridesArg = None) -> None:
 
 
 @app.command(
-    epilog="**Examples**\n\n"
-    "`grpo train recipes/demo.yaml`  (offline CPU demo)\n\n"
-    "`grpo train my.yaml training.max_steps=50 lora.r=8`\n\n"
-    "`grpo train my.yaml --resume`  (continue from the last checkpoint)\n\n"
-    "`grpo train my.yaml --num-processes 8 --strategy zero3`  (8 GPUs through accelerate + DeepSpeed)"
-)
+    epilog=examples("grpo train recipes/demo.yaml|offline CPU demo", "grpo train my.yaml training.max_steps=50 lora.r=8",
+                    "grpo train my.yaml --resume|continue from the last whole checkpoint",
+                    "grpo train my.yaml --num-processes 8 --strategy zero3|8 GPUs through accelerate + DeepSpeed"))
 def train(
     recipe: RecipeArg,
     overrides: OverridesArg = None,
@@ -115,10 +115,8 @@ def train(
 
 
 @app.command(
-    epilog="**Examples**\n\n"
-    "`grpo plan recipes/qwen2.5/1.5b_full.yaml --gpu 'RTX 4090'`\n\n"
-    "`grpo plan my.yaml grpo.num_generations=16 --gpu 80GB --json`"
-)
+    epilog=examples("grpo plan recipes/qwen2.5/1.5b_full.yaml --gpu 'RTX 4090'",
+                    "grpo plan my.yaml grpo.num_generations=16 --gpu 80GB --json", "grpo plan my.yaml --device cpu --ram 24GB"))
 def plan(
     recipe: RecipeArg,
     overrides: OverridesArg = None,
@@ -144,9 +142,7 @@ def plan(
 
 
 @app.command(
-    epilog="**Examples**\n\n`grpo preflight recipes/demo.yaml`\n\n"
-    "`grpo preflight recipes/qwen2.5/0.5b_lora.yaml --gpu 24GB --json`",
-)
+    epilog=examples("grpo preflight recipes/demo.yaml", "grpo preflight recipes/qwen2.5/0.5b_lora.yaml --gpu 24GB --json"))
 def preflight(
     recipe: RecipeArg,
     overrides: OverridesArg = None,
@@ -188,13 +184,11 @@ RunDirArg = Annotated[Path, typer.Argument(help="Run directory written by `grpo 
 
 @app.command(
     "eval",
-    epilog="**Examples**\n\n"
-    "`grpo eval recipes/qwen2.5/0.5b_lora.yaml --limit 200`  (the base model)\n\n"
-    "`grpo eval --run runs/qwen2.5-0.5b-lora`  (the trained adapter or model)\n\n"
-    "`grpo eval --compare runs/qwen2.5-0.5b-lora --limit 500`  (base and trained on the same problems)\n\n"
-    "`grpo eval --compare runs/b --base runs/a/eval/chat-test/base`  (reuse a base evaluation with the same settings)\n\n"
-    "`grpo eval --model HuggingFaceTB/SmolLM2-135M-Instruct --protocol lm-eval --data gsm8k/test.jsonl`",
-)
+    epilog=examples("grpo eval recipes/qwen2.5/0.5b_lora.yaml --limit 200|the base model",
+                    "grpo eval --run runs/qwen2.5-0.5b-lora|the trained adapter or model",
+                    "grpo eval --compare runs/qwen2.5-0.5b-lora --limit 500|base and trained on the same problems",
+                    "grpo eval --compare runs/b --base runs/a/eval/chat-test/base|reuse a base evaluation, same settings",
+                    "grpo eval --model HuggingFaceTB/SmolLM2-135M-Instruct --protocol lm-eval --data gsm8k/test.jsonl"))
 def evaluate(
     recipe: Annotated[Optional[Path], typer.Argument(help="Recipe YAML (optional with --run, --compare or --model).",
                                                      show_default=False)] = None,
@@ -235,7 +229,7 @@ def evaluate(
         print_outcome(console, outcome)
 
 
-@app.command(epilog="**Examples**\n\n`grpo report runs/demo`\n\n`grpo report runs/demo --output demo.png`")
+@app.command(epilog=examples("grpo report runs/demo", "grpo report runs/demo --output demo.png"))
 def report(
     run_dir: RunDirArg,
     output: Annotated[Optional[Path], typer.Option("--output", "-o", help="PNG path (default RUN_DIR/report.png).")] = None,
@@ -248,7 +242,7 @@ def report(
     typer.echo(f"wrote {written}")
 
 
-@app.command(epilog="**Examples**\n\n`grpo export runs/demo --merge merged/demo`")
+@app.command(epilog=examples("grpo export runs/demo --merge merged/demo"))
 def export(
     run_dir: RunDirArg,
     merge: Annotated[Path, typer.Option("--merge", help="Write the base model with the LoRA adapter merged in here.")],
@@ -262,9 +256,7 @@ def export(
     typer.echo(f"wrote merged model to {written}")
 
 
-@app.command(
-    epilog="**Examples**\n\n`grpo schema > grpo-recipe.schema.json`\n\n`grpo schema --output .vscode/grpo.schema.json`"
-)
+@app.command(epilog=examples("grpo schema > grpo-recipe.schema.json", "grpo schema --output .vscode/grpo.schema.json"))
 def schema(
     output: Annotated[Optional[Path], typer.Option("--output", "-o", help="Write to this file instead of stdout.")] = None,
 ) -> None:
@@ -282,7 +274,7 @@ def schema(
     typer.echo(f"wrote {output}", err=True)
 
 
-@recipes_app.command("list", epilog="**Examples**\n\n`grpo recipes list`")
+@recipes_app.command("list", epilog=examples("grpo recipes list"))
 def recipes_list() -> None:
     """Show the shipped recipes and the command each one opens with."""
     from rich.console import Console
@@ -292,10 +284,7 @@ def recipes_list() -> None:
     Console(soft_wrap=True).print(recipes_table())
 
 
-@recipes_app.command(
-    "cp",
-    epilog="**Examples**\n\n`grpo recipes cp demo my_demo.yaml`\n\n`grpo recipes cp qwen2.5/0.5b_lora configs/`",
-)
+@recipes_app.command("cp", epilog=examples("grpo recipes cp demo my_demo.yaml", "grpo recipes cp qwen2.5/0.5b_lora configs/"))
 def recipes_cp(
     name: Annotated[str, typer.Argument(help="Recipe name from `grpo recipes list`.")],
     dest: Annotated[Path, typer.Argument(help="File or existing directory to copy into.")],

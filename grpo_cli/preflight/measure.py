@@ -207,7 +207,8 @@ def measure_steps(recipe: Recipe, work: Path, steps: int = 2) -> StepMeasurement
         peak, reserved = float(torch.cuda.max_memory_allocated()), float(torch.cuda.max_memory_reserved())
     else:
         peak, reserved = float(tracker.peak), None
-    return StepMeasurement(peak, reserved, peak_rss(), step_seconds, generation_seconds, "cuda" if cuda else "cpu", ran)
+    return StepMeasurement(peak_bytes=peak, rss_bytes=peak_rss(), reserved_bytes=reserved, step_seconds=step_seconds,
+                           generation_seconds=generation_seconds, device="cuda" if cuda else "cpu", recipe=ran)
 
 
 def peak_rss() -> float:

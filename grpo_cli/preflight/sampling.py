@@ -13,10 +13,8 @@ import time
 from dataclasses import dataclass, field
 
 from grpo_cli.recipe.schema import Recipe
+from grpo_cli.train.zero_variance import ZERO_STD_TOLERANCE  # the one training skips by
 
-# A group whose weighted total reward has a standard deviation at or below this carries no signal. TRL tests
-# exact zero (torch.isclose); rewards such as length penalties differ by tiny amounts that teach nothing.
-ZERO_STD_TOLERANCE = 1e-3
 # Completions per `generate` call when sampling on a CPU.
 CPU_SAMPLE_COMPLETIONS = 64
 

@@ -30,9 +30,9 @@ def generation_batch(per_device_batch: int, processes: int, steps_per_generation
 
 
 class Section(BaseModel):
-    """Every section rejects unknown keys: a typo must never be silently ignored."""
+    """Every section rejects unknown keys: a typo must never be silently ignored. `.inf` or `.nan` is never a
+    sensible learning rate, weight or temperature."""
 
-    # allow_inf_nan=False: `.inf` or `.nan` is never a sensible learning rate, weight or temperature.
     model_config = ConfigDict(extra="forbid", protected_namespaces=(), allow_inf_nan=False)
 
 
@@ -95,9 +95,8 @@ class DataSection(Section):
     split: str = "train"
     prompt_column: str = "question"
     answer_column: str | None = Field("answer", description="Column holding the reference answer; null for none.")
-    answer_format: Literal["gsm8k", "plain"] = Field(
-        "gsm8k", description="gsm8k: the gold answer is the number after `####`; plain: the column as is."
-    )
+    answer_format: Literal["gsm8k", "plain"] = Field("gsm8k", description="gsm8k: the gold answer is the number "
+                                                     "after `####`; plain: the column as is.")
     system_prompt: str | None = DEFAULT_SYSTEM_PROMPT
     answer_marker: Literal["tag", "hashes"] = Field(
         "tag", description="How the system prompt asks the model to mark its final answer: `tag` = <answer>...</answer>, "
@@ -142,6 +141,8 @@ class GRPOSection(Section):
     vllm_mode: Literal["colocate", "server"] = "colocate"
     vllm_gpu_memory_utilization: float = Field(0.3, gt=0.0, le=1.0)
     use_liger_kernel: bool = Field(False, description="Liger RMSNorm/SwiGLU/RoPE kernels (CUDA only).")
+    zero_variance_groups: Literal["keep", "skip"] = Field("keep", description="Groups whose completions all scored "
+                                                          "the same teach nothing: keep them (TRL) or skip them.")
 
     @field_validator("scale_rewards", mode="before")
     @classmethod
@@ -237,9 +238,8 @@ class Recipe(Section):
     eval: EvalSection = Field(default_factory=EvalSection)
     hardware: HardwareSection = Field(default_factory=HardwareSection)
     distributed: DistributedSection = Field(default_factory=DistributedSection)
-    trl: dict[str, Any] = Field(
-        default_factory=dict, description="Any other GRPOConfig field, checked against GRPOConfig itself."
-    )
+    trl: dict[str, Any] = Field(default_factory=dict, description="Any other GRPOConfig field, checked against "
+                                                               "GRPOConfig itself.")
 
     _source: Path | None = PrivateAttr(None)
 

@@ -42,6 +42,8 @@ def build_trainer(recipe: Recipe, run_dir: Path, callbacks: list | None = None, 
     from transformers import PrinterCallback
     from trl import GRPOConfig, GRPOTrainer
 
+    from grpo_cli.train import zero_variance
+
     from grpo_cli import data, models
     from grpo_cli.recipe.grpo_config import grpo_config_kwargs
 
@@ -55,7 +57,11 @@ def build_trainer(recipe: Recipe, run_dir: Path, callbacks: list | None = None, 
     import torch
 
     config = GRPOConfig(**grpo_config_kwargs(recipe, run_dir, on_cpu=not torch.cuda.is_available()))
-    trainer = GRPOTrainer(
+    trainer_class = GRPOTrainer
+    if recipe.grpo.zero_variance_groups == "skip":
+        zero_variance.check_seams()
+        trainer_class = zero_variance.SkipZeroVarianceTrainer
+    trainer = trainer_class(
         model=model,
         reward_funcs=reward_funcs,
         args=config,

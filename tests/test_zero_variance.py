@@ -1,0 +1,79 @@
+"""grpo.zero_variance_groups: skip, on a tiny model: groups whose completions all scored the same leave the loss."""
+
+from __future__ import annotations
+
+import json
+
+import torch
+from typer.testing import CliRunner
+
+from conftest import write_recipe
+from grpo_cli.cli import app
+from grpo_cli.train.zero_variance import zero_variance_groups
+
+runner = CliRunner()
+
+REWARDS = '''
+def constant(completions, **kwargs):
+    return [1.0 for _ in completions]
+
+
+def half_flat(prompts, completions, **kwargs):
+    """Constant for prompts whose text sums to an even number, varying with the completion otherwise."""
+    out = []
+    for prompt, completion in zip(prompts, completions):
+        flat = sum(map(ord, prompt[-1]["content"])) % 2 == 0
+        out.append(1.0 if flat else float(len(completion[0]["content"]) % 5))
+    return out
+'''
+
+
+def trainable(run_dir):
+    from safetensors.torch import load_file
+
+    return load_file(str(run_dir / "final" / "adapter_model.safetensors"))
+
+
+def run(tmp_path, tiny_llama, reward: str, steps: int = 3, **grpo):
+    (tmp_path / "my_rewards.py").write_text(REWARDS)
+    recipe = write_recipe(tmp_path, tiny_llama, rewards=[{"name": f"{tmp_path / 'my_rewards.py'}:{reward}"}],
+                          lora={"r": 4, "dropout": 0.0}, grpo={"num_generations": 4, "zero_variance_groups": "skip", **grpo},
+                          training={"max_steps": steps, "per_device_train_batch_size": 16, "save_steps": 100})
+    result = runner.invoke(app, ["train", str(recipe)])
+    assert result.exit_code == 0, result.output
+    return [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+
+
+def test_the_tolerance_is_preflights():
+    rewards = torch.tensor([[1.0], [1.0], [1.0], [1.0], [0.0], [2.0], [1.0], [1.0], [0.5], [0.5004], [0.5], [0.5]])
+    assert zero_variance_groups(rewards, torch.tensor([1.0]), 4).tolist() == [True, False, True]
+
+
+def test_all_groups_flat_trains_nothing_and_does_not_crash(tmp_path, tiny_llama):
+    metrics = run(tmp_path, tiny_llama, "constant")
+    assert [m["zero_variance/groups_skipped"] for m in metrics] == [4.0, 4.0, 4.0]
+    assert all(m["loss"] == 0.0 for m in metrics)
+    weights = trainable(tmp_path / "run")  # LoRA starts with lora_B at zero: still zero, nothing was learned
+    assert all(torch.count_nonzero(t) == 0 for name, t in weights.items() if "lora_B" in name)
+
+
+def test_groups_with_variance_still_train(tmp_path, tiny_llama):
+    metrics = run(tmp_path, tiny_llama, "half_flat", steps=4)
+    skipped = [m["zero_variance/groups_skipped"] for m in metrics]
+    assert 0 < sum(skipped) < 16, skipped  # some groups flat, some not
+    weights = trainable(tmp_path / "run")
+    assert any(torch.count_nonzero(t) > 0 for name, t in weights.items() if "lora_B" in name)
+    assert all(torch.isfinite(torch.tensor(m["loss"])) for m in metrics)
+
+
+def test_micro_batches_of_one_generation_batch_are_masked(tmp_path, tiny_llama):
+    """Several micro-batches per generation: rows are masked instead of dropped, and training still works."""
+    (tmp_path / "my_rewards.py").write_text(REWARDS)
+    recipe = write_recipe(tmp_path, tiny_llama, rewards=[{"name": f"{tmp_path / 'my_rewards.py'}:half_flat"}],
+                          lora={"r": 4, "dropout": 0.0}, grpo={"num_generations": 4, "zero_variance_groups": "skip"},
+                          training={"max_steps": 2, "per_device_train_batch_size": 8, "gradient_accumulation_steps": 2,
+                                    "save_steps": 100})
+    result = runner.invoke(app, ["train", str(recipe)])
+    assert result.exit_code == 0, result.output
+    metrics = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert len(metrics) == 2 and all("zero_variance/groups_skipped" in m for m in metrics)
