@@ -42,10 +42,9 @@ def build_trainer(recipe: Recipe, run_dir: Path, callbacks: list | None = None, 
     from transformers import PrinterCallback
     from trl import GRPOConfig, GRPOTrainer
 
-    from grpo_cli.train import zero_variance
-
     from grpo_cli import data, models
     from grpo_cli.recipe.grpo_config import grpo_config_kwargs
+    from grpo_cli.train import zero_variance
 
     quiet_libraries()
     tokenizer = models.load_tokenizer(recipe)
