@@ -14,6 +14,17 @@ from grpo_cli.train.zero_variance import zero_variance_groups
 runner = CliRunner()
 
 REWARDS = '''
+CALLS = {}
+
+
+def flat_first_round(completions, trainer_state=None, **kwargs):
+    """Constant in a step's first generation round, varying in every extra round."""
+    CALLS[trainer_state.global_step] = CALLS.get(trainer_state.global_step, 0) + 1
+    if CALLS[trainer_state.global_step] == 1:
+        return [1.0 for _ in completions]
+    return [float(len(c[0]["content"]) % 5) + 0.01 * i for i, c in enumerate(completions)]
+
+
 def constant(completions, **kwargs):
     return [1.0 for _ in completions]
 
@@ -36,8 +47,9 @@ def trainable(run_dir):
 
 def run(tmp_path, tiny_llama, reward: str, steps: int = 3, **grpo):
     (tmp_path / "my_rewards.py").write_text(REWARDS)
+    grpo = {"num_generations": 4, "zero_variance_groups": "skip", **grpo}
     recipe = write_recipe(tmp_path, tiny_llama, rewards=[{"name": f"{tmp_path / 'my_rewards.py'}:{reward}"}],
-                          lora={"r": 4, "dropout": 0.0}, grpo={"num_generations": 4, "zero_variance_groups": "skip", **grpo},
+                          lora={"r": 4, "dropout": 0.0}, grpo=grpo,
                           training={"max_steps": steps, "per_device_train_batch_size": 16, "save_steps": 100})
     result = runner.invoke(app, ["train", str(recipe)])
     assert result.exit_code == 0, result.output
@@ -77,3 +89,23 @@ def test_micro_batches_of_one_generation_batch_are_masked(tmp_path, tiny_llama):
     assert result.exit_code == 0, result.output
     metrics = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     assert len(metrics) == 2 and all("zero_variance/groups_skipped" in m for m in metrics)
+
+
+def test_resample_fills_the_batch_with_informative_groups(tmp_path, tiny_llama):
+    metrics = run(tmp_path, tiny_llama, "flat_first_round", steps=2, zero_variance_groups="resample")
+    assert [m["zero_variance/groups_flat"] for m in metrics] == [4.0, 4.0]  # the first round of each step
+    assert [m["zero_variance/extra_rounds"] for m in metrics] == [1.0, 1.0]
+    assert [m["zero_variance/groups_skipped"] for m in metrics] == [0.0, 0.0]
+    weights = trainable(tmp_path / "run")
+    assert any(torch.count_nonzero(t) > 0 for name, t in weights.items() if "lora_B" in name)
+
+
+def test_resample_stops_at_its_bound(tmp_path, tiny_llama):
+    metrics = run(tmp_path, tiny_llama, "constant", steps=1, zero_variance_groups="resample", zero_variance_rounds=2)
+    assert metrics[0]["zero_variance/extra_rounds"] == 2.0 and metrics[0]["zero_variance/groups_skipped"] == 4.0
+
+
+def test_resample_needs_one_process(tmp_path, tiny_llama):
+    recipe = write_recipe(tmp_path, tiny_llama, grpo={"zero_variance_groups": "resample"})
+    result = runner.invoke(app, ["validate", str(recipe), "distributed.num_processes=2"])
+    assert result.exit_code == 2 and "grpo.zero_variance_groups" in result.output and "skip" in result.output

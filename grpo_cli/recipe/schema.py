@@ -23,9 +23,7 @@ DEFAULT_SYSTEM_PROMPT = "Respond in the following format:\n<reasoning>\n...\n</r
 
 
 def generation_batch(per_device_batch: int, processes: int, steps_per_generation: int) -> int:
-    """TRL's generation batch in completions: per-device batch x processes x steps_per_generation.
-
-    It must hold whole groups (a multiple of num_generations); `per_device_train_batch_size` counts completions."""
+    """TRL's generation batch in completions (per-device batch x processes x steps_per_generation): whole groups."""
     return per_device_batch * processes * steps_per_generation
 
 
@@ -94,7 +92,7 @@ class DataSection(Section):
     config: str | None = Field(None, description="Hub dataset configuration (GSM8K: main).")
     split: str = "train"
     prompt_column: str = "question"
-    answer_column: str | None = Field("answer", description="Column holding the reference answer; null for none.")
+    answer_column: str | None = Field("answer", description="Column with the reference answer; null for none.")
     answer_format: Literal["gsm8k", "plain"] = Field("gsm8k", description="gsm8k: the gold answer is the number "
                                                      "after `####`; plain: the column as is.")
     system_prompt: str | None = DEFAULT_SYSTEM_PROMPT
@@ -141,8 +139,9 @@ class GRPOSection(Section):
     vllm_mode: Literal["colocate", "server"] = "colocate"
     vllm_gpu_memory_utilization: float = Field(0.3, gt=0.0, le=1.0)
     use_liger_kernel: bool = Field(False, description="Liger RMSNorm/SwiGLU/RoPE kernels (CUDA only).")
-    zero_variance_groups: Literal["keep", "skip"] = Field("keep", description="Groups whose completions all scored "
-                                                          "the same teach nothing: keep them (TRL) or skip them.")
+    zero_variance_groups: Literal["keep", "skip", "resample"] = Field("keep", description="Groups whose completions "
+                                                                      "all scored the same: keep (TRL), skip, resample.")
+    zero_variance_rounds: int = Field(2, ge=1, le=16, description="resample: extra generation rounds at most per step.")
 
     @field_validator("scale_rewards", mode="before")
     @classmethod

@@ -183,6 +183,9 @@ def _distributed_problems(recipe: Recipe) -> list[tuple[KeyPath, str]]:
         out.append((("distributed", "machine_rank"), f"must be below distributed.num_machines ({d.num_machines})"))
     if d.num_machines > 1 and not d.main_process_ip and not d.accelerate_config:
         out.append((("distributed", "main_process_ip"), "several machines need the address of machine 0"))
+    if recipe.grpo.zero_variance_groups == "resample" and d.num_processes > 1:
+        out.append((("grpo", "zero_variance_groups"), "resample draws extra prompts in one process; with several "
+                    "processes use grpo.zero_variance_groups=skip"))
     if d.zero_stage is not None and recipe.quantization is not None:
         out.append((("distributed", "strategy"), "DeepSpeed ZeRO does not shard bitsandbytes-quantized weights; "
                     "use distributed.strategy=ddp for QLoRA, or drop `quantization`"))

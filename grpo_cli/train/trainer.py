@@ -57,9 +57,9 @@ def build_trainer(recipe: Recipe, run_dir: Path, callbacks: list | None = None, 
 
     config = GRPOConfig(**grpo_config_kwargs(recipe, run_dir, on_cpu=not torch.cuda.is_available()))
     trainer_class = GRPOTrainer
-    if recipe.grpo.zero_variance_groups == "skip":
+    if recipe.grpo.zero_variance_groups != "keep":
         zero_variance.check_seams()
-        trainer_class = zero_variance.SkipZeroVarianceTrainer
+        trainer_class = zero_variance.ZeroVarianceTrainer
     trainer = trainer_class(
         model=model,
         reward_funcs=reward_funcs,
@@ -69,6 +69,7 @@ def build_trainer(recipe: Recipe, run_dir: Path, callbacks: list | None = None, 
         peft_config=models.lora_config(recipe) if recipe.lora is not None else None,
         callbacks=callbacks,
     )
+    trainer.zero_variance_mode, trainer.zero_variance_rounds = recipe.grpo.zero_variance_groups, recipe.grpo.zero_variance_rounds
     # Our progress display and metrics file replace the Trainer's raw dict printing.
     trainer.remove_callback(PrinterCallback)
     return trainer, prepared
