@@ -94,11 +94,13 @@ def test_plan_divides_what_each_strategy_shards():
     assert single.peak_tensors < ddp.peak_tensors  # one process: no buckets
 
 
-def test_two_cpu_processes_ddp_over_gloo(tmp_path, tiny_llama):
-    """A real 2-rank GRPO run on the CPU through `grpo train --num-processes 2` (accelerate launch + gloo)."""
+@pytest.mark.parametrize("zero_variance", ["keep", "skip"])
+def test_two_cpu_processes_ddp_over_gloo(tmp_path, tiny_llama, zero_variance):
+    """A real 2-rank GRPO run on the CPU through `grpo train --num-processes 2` (accelerate launch + gloo), full
+    fine-tuning, with TRL's handling of flat groups and with skipping them (ranks may keep different row counts)."""
     # A reward that varies within each group, so advantages (and so gradients) are not all zero.
     rewards = [{"name": f"{ASSETS / 'varied_rewards.py'}:digit_share"}, {"name": "correctness"}]
-    recipe = write_recipe(tmp_path, tiny_llama, rewards=rewards,
+    recipe = write_recipe(tmp_path, tiny_llama, rewards=rewards, grpo={"zero_variance_groups": zero_variance},
                           training={"max_steps": 2, "per_device_train_batch_size": 2})
     env = {**os.environ, "CUDA_VISIBLE_DEVICES": "", "OMP_NUM_THREADS": "1"}
     done = subprocess.run([sys.executable, "-m", "grpo_cli", "train", str(recipe), "--num-processes", "2"],
@@ -108,6 +110,7 @@ def test_two_cpu_processes_ddp_over_gloo(tmp_path, tiny_llama):
     metrics = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     assert [m["step"] for m in metrics] == [1, 2]
     assert all(m["world_size"] == 2 and math.isfinite(m["loss"]) for m in metrics)
+    assert all(("zero_variance/groups_skipped" in m) == (zero_variance == "skip") for m in metrics)
     assert (run_dir / "accelerate_config.yaml").exists()
     # The ranks loaded the resolved recipe the launcher wrote, not the user's file plus overrides again.
     launched = yaml.safe_load((run_dir / "launch_recipe.yaml").read_text())
