@@ -53,3 +53,11 @@ def reexec_with_mimalloc(argv: list[str]) -> None:
     if env is not None:
         sys.stdout.flush()
         os.execve(sys.executable, [sys.executable, "-m", "grpo_cli", *argv], {**os.environ, **env})
+
+
+def peak_rss() -> float:
+    """Peak resident set of this process in bytes (ru_maxrss is KiB on Linux, bytes on macOS)."""
+    import resource
+
+    scale = 1 if sys.platform == "darwin" else 1024
+    return float(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * scale)

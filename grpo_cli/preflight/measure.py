@@ -14,6 +14,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from grpo_cli.cpu_memory import peak_rss
 from grpo_cli.recipe.schema import Recipe
 from grpo_cli.train.phases import around_generation
 
@@ -210,14 +211,6 @@ def measure_steps(recipe: Recipe, work: Path, steps: int = 2) -> StepMeasurement
     return StepMeasurement(peak_bytes=peak, rss_bytes=peak_rss(), reserved_bytes=reserved, step_seconds=step_seconds,
                            generation_seconds=generation_seconds, device="cuda" if cuda else "cpu", recipe=ran)
 
-
-def peak_rss() -> float:
-    """Peak resident set of this process in bytes (ru_maxrss is KiB on Linux, bytes on macOS)."""
-    import resource
-    import sys
-
-    scale = 1 if sys.platform == "darwin" else 1024
-    return float(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * scale)
 
 
 def _tolerant(func):

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import math
 import os
-import resource
 import signal
 import sys
 import time
@@ -14,6 +13,7 @@ from typing import Any, Callable
 
 from transformers import TrainerCallback
 
+from grpo_cli.cpu_memory import peak_rss
 from grpo_cli.train.reward_guard import GuardedReward
 from grpo_cli.train.run_dir import METRICS_FILE, SAMPLES_FILE
 
@@ -24,9 +24,7 @@ def peak_memory_gb() -> tuple[float, str]:
 
     if torch.cuda.is_available():
         return torch.cuda.max_memory_allocated() / 2**30, "cuda_max_allocated"
-    # ru_maxrss is in KiB on Linux, bytes on macOS.
-    scale = 2**30 if sys.platform == "darwin" else 2**20
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / scale, "cpu_peak_rss"
+    return peak_rss() / 2**30, "cpu_peak_rss"
 
 
 class MetricsCallback(TrainerCallback):
