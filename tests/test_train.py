@@ -197,3 +197,26 @@ def test_demo_console_starts_with_our_line_and_shows_no_library_warning(tmp_path
                                                                        "traceback", "it/s]"))]
     assert not noisy, noisy
     assert (tmp_path / "demo" / "final" / "adapter_model.safetensors").exists()
+
+
+def test_generation_runs_with_the_adapter_merged_and_leaves_base_weights_as_they_were(tmp_path, tiny_qwen2):
+    from grpo_cli.train.trainer import build_trainer
+
+    recipe = load_recipe(write_recipe(tmp_path, tiny_qwen2, rewards=REWARDS, lora={"r": 4, "dropout": 0.0}))
+    trainer, prepared = build_trainer(recipe, tmp_path / "run")
+    model = trainer.accelerator.unwrap_model(trainer.model)
+    lora_layers = [m for m in model.modules() if hasattr(m, "merged") and hasattr(m, "lora_B")]
+    with torch.no_grad():  # B starts at zero, where merging changes nothing: give the adapter a real delta
+        for layer in lora_layers:
+            layer.lora_B["default"].weight.normal_(std=0.1)
+    base = {k: v.clone() for k, v in model.named_parameters() if "lora_" not in k}
+    seen = []
+    model.get_base_model().register_forward_hook(lambda *_: seen.append(all(m.merged for m in lora_layers)))
+    trainer.model.train()
+    prompts = [row["prompt"] for row in prepared.dataset.select(range(2))]
+    completion_ids = trainer._generate(prompts)[1]
+    assert len(completion_ids) == 2 and seen and all(seen), "every decode step ran on merged weights"
+    assert not any(m.merged for m in lora_layers), "unmerged again before the loss"
+    for name, value in model.named_parameters():
+        if name in base:
+            assert torch.allclose(value, base[name], rtol=0, atol=1e-6), name

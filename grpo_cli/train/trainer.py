@@ -44,7 +44,7 @@ def build_trainer(recipe: Recipe, run_dir: Path, callbacks: list | None = None, 
 
     from grpo_cli import data, models
     from grpo_cli.recipe.grpo_config import grpo_config_kwargs
-    from grpo_cli.train import zero_variance
+    from grpo_cli.train import merged_generation, zero_variance
 
     quiet_libraries()
     tokenizer = models.load_tokenizer(recipe)
@@ -70,6 +70,7 @@ def build_trainer(recipe: Recipe, run_dir: Path, callbacks: list | None = None, 
         callbacks=callbacks,
     )
     trainer.zero_variance_mode, trainer.zero_variance_rounds = recipe.grpo.zero_variance_groups, recipe.grpo.zero_variance_rounds
+    merged_generation.install(trainer)
     # Our progress display and metrics file replace the Trainer's raw dict printing.
     trainer.remove_callback(PrinterCallback)
     return trainer, prepared

@@ -1,0 +1,107 @@
+"""Generation inside a training step against `grpo eval`'s engine, same model, same batch size, same prompts.
+
+Builds the recipe's real GRPOTrainer (LoRA attached, train mode, as in a step) and times TRL's generation call,
+`trainer._generate`, on the first step's prompts (each repeated num_generations times, as TRL's sampler does):
+- "TRL, adapter unmerged": TRL's own path;
+- "TRL, adapter merged": the same call with grpo's merge around it (grpo_cli/train/merged_generation.py);
+then `grpo eval`'s engine (greedy continuous batching, ContinuousGenerator) on as many distinct prompts of the
+same data as the batch holds, at that batch size. Tokens/s counts generated tokens (EOS included) per second.
+The variants run alternately, `--rounds` times; the median is reported.
+
+    python benchmarks/generation_in_training.py [RECIPE] [key=value ...] [--rounds 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import tempfile
+import time
+import types
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.append(str(ROOT))
+
+
+def timed(call) -> tuple[int, float]:
+    start = time.perf_counter()
+    tokens = call()
+    return tokens, time.perf_counter() - start
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("recipe", nargs="?", default=str(ROOT / "recipes" / "demo.yaml"))
+    parser.add_argument("overrides", nargs="*")
+    parser.add_argument("--rounds", type=int, default=3)
+    args = parser.parse_args()
+
+    import torch
+
+    from grpo_cli.eval.generation import ContinuousGenerator
+    from grpo_cli.recipe.validation import load_recipe
+    from grpo_cli.train import merged_generation
+    from grpo_cli.train.trainer import build_trainer
+
+    recipe = load_recipe(Path(args.recipe), args.overrides)
+    batch = recipe.generation_batch_per_process
+    groups = batch // recipe.grpo.num_generations
+    with tempfile.TemporaryDirectory() as tmp:
+        trainer, prepared = build_trainer(recipe, Path(tmp))
+    trainer.model.train()
+    rows = prepared.dataset.select(range(batch))
+    prompts = [row["prompt"] for row in rows.select(range(groups)) for _ in range(recipe.grpo.num_generations)]
+    tokenizer = trainer.processing_class
+
+    def trl_generate() -> int:
+        completion_ids = trainer._generate(prompts)[1]
+        return sum(len(ids) for ids in completion_ids)
+
+    merged = trainer._generate_single_turn  # build_trainer installed the merge around it
+    unmerged = types.MethodType(type(trainer)._generate_single_turn, trainer)  # TRL's own method
+    assert merged_generation.can_merge(trainer) and merged != unmerged
+
+    def trl_unmerged() -> int:
+        trainer._generate_single_turn = unmerged
+        return trl_generate()
+
+    def trl_merged() -> int:
+        trainer._generate_single_turn = merged
+        return trl_generate()
+
+    base = trainer.accelerator.unwrap_model(trainer.model).get_base_model()  # LoRA B starts at 0: the base model
+    texts = [tokenizer.apply_chat_template(row["prompt"], add_generation_prompt=True, tokenize=False) for row in rows]
+    engine = ContinuousGenerator(base, tokenizer, recipe.grpo.max_completion_length, [])
+
+    def eval_engine() -> int:
+        base.eval()
+        try:
+            budget = recipe.grpo.max_completion_length  # a row that stopped before the budget also made its EOS
+            return sum(g.new_tokens + (g.new_tokens < budget) for done in engine.generate(texts, batch) for g in done)
+        finally:
+            base.train()
+
+    variants = {"TRL, adapter unmerged": trl_unmerged, "TRL, adapter merged": trl_merged,
+                "grpo eval engine (greedy)": eval_engine}
+    speeds: dict[str, list[float]] = {name: [] for name in variants}
+    for round_ in range(args.rounds):
+        for name, call in variants.items():
+            with torch.no_grad():
+                tokens, seconds = timed(call)
+            speeds[name].append(tokens / seconds)
+            print(f"round {round_ + 1} {name:26s} {tokens:6d} tokens in {seconds:6.1f} s = {tokens / seconds:6.1f} tokens/s",
+                  flush=True)
+
+    print(f"\n{recipe.model.name}, batch {batch} ({groups} prompts x {recipe.grpo.num_generations}), budget "
+          f"{recipe.grpo.max_completion_length} tokens, {recipe.model.dtype}, {torch.get_num_threads()} threads, "
+          f"median of {args.rounds}")
+    reference = statistics.median(speeds["grpo eval engine (greedy)"])
+    for name, values in speeds.items():
+        median = statistics.median(values)
+        print(f"{name:26s} {median:6.1f} tokens/s  ({median / reference:.2f}x grpo eval's engine)")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,60 @@
+"""Sampling with the LoRA adapter merged into the base weights, unmerged again before anything else runs.
+
+Unmerged, every decode step pays each adapted Linear layer twice more (x @ A, then @ B, for one new token per row):
+many small operations that a CPU runs far below its matmul speed. Merged, the model decodes as fast as the plain
+model. Only TRL's `generate` call is wrapped (`_generate_single_turn`): the reference and old-policy log-probs, the
+rewards and the loss all run afterwards on the unmerged model, as TRL computes them.
+
+Merging adds B @ A * scale to each base weight and unmerging subtracts the same product, so the base weights come
+back up to float rounding (half a unit in the last place per step). TRL does the same every step when it syncs a
+LoRA model into vLLM. Quantized (QLoRA) bases and sharded models (FSDP, ZeRO-3) are left alone: merging would
+dequantize or need the whole weight on one process.
+
+benchmarks/generation_in_training.py measures it against TRL's own path and `grpo eval`'s engine.
+"""
+
+from __future__ import annotations
+
+from grpo_cli.errors import UserError
+
+SEAM = "_generate_single_turn"  # GRPOTrainer's private call of the generation backend (trl 1.x)
+
+
+def can_merge(trainer) -> bool:
+    from trl.distributed import DistributedBackend
+
+    model = trainer.accelerator.unwrap_model(trainer.model)
+    if not hasattr(model, "merge_adapter") or getattr(trainer, "use_vllm", False):
+        return False  # not a PEFT model, or vLLM generates (TRL syncs merged weights there itself)
+    if getattr(model, "is_loaded_in_4bit", False) or getattr(model, "is_loaded_in_8bit", False):
+        return False
+    backend = DistributedBackend(trainer.accelerator)
+    return not (backend.is_zero3 or backend.is_fsdp)
+
+
+def install(trainer) -> bool:
+    """Merge around each generate call when the model allows it; True when installed."""
+    if not can_merge(trainer):
+        return False
+    original = getattr(trainer, SEAM, None)
+    if not callable(original):
+        from importlib.metadata import version
+
+        raise UserError(f"the installed trl {version('trl')} has no GRPOTrainer.{SEAM}, which grpo wraps to "
+                        "generate with the adapter merged; install the trl range grpo supports: "
+                        "pip install 'trl>=1.16,<2'")
+    import torch
+
+    model = trainer.accelerator.unwrap_model(trainer.model)
+
+    def merged(*args, **kwargs):
+        with torch.no_grad():
+            model.merge_adapter()
+        try:
+            return original(*args, **kwargs)
+        finally:
+            with torch.no_grad():
+                model.unmerge_adapter()
+
+    setattr(trainer, SEAM, merged)
+    return True
