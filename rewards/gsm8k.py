@@ -10,7 +10,9 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from rewards.answers import HASHES, completion_text, extract_answer, numbers_equal, tag_content, to_number
+from rewards.answers import (
+    HASHES, completion_text, extract_answer, marked_answer, numbers_equal, tag_content, to_number,
+)
 
 STRICT_FORMAT = re.compile(r"^<reasoning>\n.*?\n</reasoning>\n<answer>\n.*?\n</answer>\n?$", re.DOTALL)
 SOFT_FORMAT = re.compile(r"<reasoning>.*?</reasoning>\s*<answer>.*?</answer>", re.DOTALL)
@@ -129,12 +131,43 @@ def answer_tag_present(prompts=None, completions=None, completion_ids=None, **kw
     return out
 
 
-def hashes_format(prompts=None, completions=None, completion_ids=None, **kwargs) -> list[float]:
+class HashesFormat:
     """1.0 when the completion ends with GSM8K's `#### <number>`; 0.5 when that line is there but text follows.
 
     The partial credit matters: small instruct models already write `####` now and then, but rarely stop after it.
+    With `min_work_chars`, a marker pays only after at least that many characters of work: a model paid for the
+    format alone learns to drop its reasoning and answer a bare `#### N`, which is mostly wrong.
     """
-    out = []
-    for text in _texts(completions):
-        out.append(1.0 if HASHES_AT_END.search(text) else 0.5 if HASHES.search(text) else 0.0)
-    return out
+
+    def __init__(self, min_work_chars: int = 0):
+        if not isinstance(min_work_chars, int) or min_work_chars < 0:
+            raise ValueError("min_work_chars must be a whole number of characters, 0 or more")
+        self.min_work_chars = min_work_chars
+        self.__name__ = "hashes_format"
+
+    def __call__(self, prompts=None, completions=None, completion_ids=None, **kwargs) -> list[float]:
+        out = []
+        for text in _texts(completions):
+            first = HASHES.search(text)
+            if first is None or len(text[: first.start()].strip()) < self.min_work_chars:
+                out.append(0.0)
+            else:
+                out.append(1.0 if HASHES_AT_END.search(text) else 0.5)
+        return out
+
+
+class MarkedCorrectness:
+    """1.0 when the answer marked as the prompt asked (`####`, or <answer> with marker `tag`) equals the gold
+    number: what `grpo eval` counts as strict-match. An unmarked right answer earns 0 here; pair it with
+    `correctness` (which also reads the last number) so the reasoning keeps paying while the marker is learned."""
+
+    def __init__(self, marker: str = "hashes", tag: str = "answer"):
+        if marker not in ("hashes", "tag"):
+            raise ValueError("marker must be `hashes` (`#### N`) or `tag` (<answer>N</answer>)")
+        self.marker, self.tag = marker, tag
+        self.__name__ = "marked_correctness"
+
+    def __call__(self, prompts=None, completions=None, completion_ids=None, answer=None, **kwargs):
+        texts = _texts(completions)
+        return [None if gold is None else float(numbers_equal(marked_answer(text, self.marker, self.tag), str(gold)))
+                for text, gold in zip(texts, _golds(answer, len(texts)))]

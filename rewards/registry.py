@@ -22,7 +22,8 @@ BUILTINS: dict[str, Callable[..., Any]] = {
     "xml_count": gsm8k.xml_count,
     "think_format": gsm8k.think_format,
     "answer_tag": gsm8k.answer_tag_present,
-    "hashes_format": gsm8k.hashes_format,
+    "hashes_format": gsm8k.HashesFormat,
+    "marked_correctness": gsm8k.MarkedCorrectness,
     "length_target": gsm8k.LengthTarget,
     "proximity": gsm8k.Proximity,
 }

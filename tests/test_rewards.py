@@ -47,6 +47,20 @@ def test_format_rewards():
         == [1.0, 1.0, 0.5, 0.0, 0.0]
 
 
+def test_format_pays_only_after_work_when_asked_and_marked_correctness_is_strict_match():
+    worked = "Each box holds 3 apples and there are 4 boxes, so 3 * 4 = 12.\n#### 12"
+    gated = resolve_reward("hashes_format", {"min_work_chars": 40})
+    assert gated(completions=[worked, "#### 12", "The answer is:\n#### 12"]) == [1.0, 0.0, 0.0]
+    marked = resolve_reward("marked_correctness")
+    assert marked.__name__ == "marked_correctness"
+    assert marked(completions=[worked, "3 * 4 = 12", "#### 13", worked], answer=["12", "12", "12", None]) \
+        == [1.0, 0.0, 0.0, None]
+    tagged = resolve_reward("marked_correctness", {"marker": "tag"})
+    assert tagged(completions=["<answer>12</answer>", "#### 12"], answer=["12", "12"]) == [1.0, 0.0]
+    with pytest.raises(RewardLookupError):
+        resolve_reward("marked_correctness", {"marker": "boxed"})
+
+
 def test_correctness_reads_the_hashes_marker_before_trailing_numbers():
     assert call("correctness", ["#### 7\nThen 12 more.", "#### 8 then 7"], answer=["7", "7"]) == [1.0, 0.0]
 
