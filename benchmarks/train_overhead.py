@@ -73,8 +73,8 @@ def main() -> None:
         print(f"{name:10s}: median step {summary[name][0]:.3f} s over {len(r['times'])} steps, "
               f"peak RSS {summary[name][1]:.3f} GiB")
     (t_ours, m_ours), (t_plain, m_plain) = summary["grpo train"], summary["plain TRL"]
-    print(f"step time: grpo train / plain = {t_ours / t_plain:.3f} (target within 5%)")
-    print(f"peak memory: grpo train / plain = {m_ours / m_plain:.3f} (target within 2%)")
+    print(f"step time: grpo train / plain = {t_ours / t_plain:.3f}")
+    print(f"peak memory: grpo train / plain = {m_ours / m_plain:.3f}")
     same = results["grpo train"]["rewards"] == results["plain TRL"]["rewards"]
     print(f"identical per-step rewards in both runs: {same} (identical for the first steps; sampling then "
           "amplifies last-bit differences, which is why lengths are forced)")
