@@ -164,6 +164,11 @@ def test_eval_resumes_after_interruption_without_losing_or_repeating(tmp_path, t
     other = eval_cli(*common[:-1], "model.dtype=bfloat16")  # same output, other settings: refuse, keep the file
     assert other.exit_code == 2 and "other settings" in other.output and "dtype" in other.output
     assert predictions(out) == resumed
+    # The same model by another path is the same setting: the evaluation continues (nothing is left to score).
+    respelled = tiny_llama.parent / ".." / tiny_llama.parent.name / tiny_llama.name
+    again = eval_cli("--model", str(respelled), *common[2:])
+    assert again.exit_code == 0, again.output
+    assert predictions(out) == resumed
 
 
 def test_eval_lm_eval_protocol_on_local_files(tmp_path, tiny_llama):

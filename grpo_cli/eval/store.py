@@ -43,7 +43,7 @@ class PredictionStore:
                             f"{SETTINGS}, so it is not an evaluation grpo can continue; choose another --output")
         if settings_file.is_file():
             previous = _read_settings(settings_file)
-            changed = [k for k in sorted(set(previous) | set(settings)) if previous.get(k) != settings.get(k)]
+            changed = [k for k in sorted(set(previous) | set(settings)) if not _same(previous.get(k), settings.get(k))]
             if changed:
                 detail = "; ".join(f"{k}: {previous.get(k)!r} there, {settings.get(k)!r} now" for k in changed[:3])
                 raise UserError(f"{directory} holds an evaluation with other settings ({detail}); "
@@ -106,3 +106,13 @@ def _read_settings(path: Path) -> dict[str, Any]:
     if not isinstance(settings, dict):
         raise UserError(f"{path} is not a grpo eval settings file; choose another --output")
     return settings
+
+
+def _same(previous: Any, now: Any) -> bool:
+    """Equal settings; a data file or model given by another path to the same file counts as the same."""
+    if previous == now:
+        return True
+    if isinstance(previous, str) and isinstance(now, str) and os.path.exists(previous) and os.path.exists(now):
+        return os.path.samefile(previous, now)
+    return False
+
