@@ -158,6 +158,7 @@ def preflight(
     from rich.console import Console
 
     from grpo_cli.preflight.run import run_preflight
+    from grpo_cli.progress import PhaseLines
     from grpo_cli.preflight.view import preflight_json, print_preflight
     from grpo_cli.quiet import quiet_libraries
     from grpo_cli.recipe.validation import load_recipe
@@ -166,8 +167,8 @@ def preflight(
     with user_errors():
         loaded = load_recipe(recipe, overrides, scope="preflight")
         quiet_libraries()
-        with console.status("sampling completions, then timing real training steps at full length..."):
-            result = run_preflight(loaded, steps, prompts, gpu, hours)
+        with PhaseLines(console, "loading the model...") as show:
+            result = run_preflight(loaded, steps, prompts, gpu, hours, show=show)
     if as_json:
         typer.echo(json.dumps(preflight_json(result), indent=2))
     else:

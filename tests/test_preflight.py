@@ -81,3 +81,7 @@ def test_human_output_names_the_three_answers(tmp_path, tiny_llama):
     assert any(line.startswith("time") and "s a step" in line for line in lines), result.stdout
     assert any(line.startswith("signal") and "2 prompts" in line for line in lines), result.stdout
     assert any(line.strip().startswith(f"grpo train {recipe} grpo.num_generations=") for line in lines), result.stdout
+    # Where it is while it works: a line per phase in a log (a status line in a terminal).
+    for phase in ("loading the model", "sampling for the learning signal: batch 1/1", "timing training step 1/2",
+                  "timing training step 2/2 at full length (tracking live tensors"):
+        assert phase in result.stderr, result.stderr

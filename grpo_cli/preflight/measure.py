@@ -16,7 +16,7 @@ from pathlib import Path
 
 from grpo_cli.cpu_memory import peak_rss
 from grpo_cli.recipe.schema import Recipe
-from grpo_cli.train.phases import around_generation
+from grpo_cli.train.phases import StepPhases, around_generation
 
 PROMPT = "Ava has 5 apples and buys 7 more. How many apples does Ava have now?"
 
@@ -151,7 +151,7 @@ class StepMeasurement:
     recipe: Recipe  # as it ran
 
 
-def measure_steps(recipe: Recipe, work: Path, steps: int = 2) -> StepMeasurement:
+def measure_steps(recipe: Recipe, work: Path, steps: int = 2, show=lambda text, new_phase=False: None) -> StepMeasurement:
     """`steps` real training steps of `recipe` at full completion length, timed; the last one measures the peak.
 
     On the CPU the live-tensor tracker slows every op, so earlier steps are timed without it and only the last
@@ -186,6 +186,8 @@ def measure_steps(recipe: Recipe, work: Path, steps: int = 2) -> StepMeasurement
 
     class StepClock(TrainerCallback):
         def on_step_begin(self, args, state, control, **kwargs):
+            tracked = " (tracking live tensors: slower)" if tracker is not None and state.global_step + 1 == last_step else ""
+            show(f"timing training step {state.global_step + 1}/{last_step} at full length{tracked}", new_phase=True)
             if tracker is not None and state.global_step + 1 == last_step:
                 optimizer_state = [t for s in trainer.optimizer.state.values() for t in s.values()
                                    if isinstance(t, torch.Tensor)]
@@ -201,6 +203,8 @@ def measure_steps(recipe: Recipe, work: Path, steps: int = 2) -> StepMeasurement
             generation_seconds.append(clock["generation"])
 
     trainer.add_callback(StepClock())
+    StepPhases(show, ran.grpo.max_completion_length, ran.generation_batch_per_process,
+               ran.training.gradient_accumulation_steps).install(trainer)
     if cuda:
         torch.cuda.reset_peak_memory_stats()
     trainer.train()

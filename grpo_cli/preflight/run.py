@@ -50,9 +50,10 @@ class Preflight:
         return None if self.verdict.gpu_bytes is None else self.verdict_smi <= self.verdict.gpu_bytes
 
 
-def run_preflight(recipe: Recipe, steps: int, prompts: int | None, gpu_spec: str | None, hours: float) -> Preflight:
+def run_preflight(recipe: Recipe, steps: int, prompts: int | None, gpu_spec: str | None, hours: float,
+                  show=lambda text, new_phase=False: None) -> Preflight:
     """Sample groups, run `steps` real steps, plan the same steps, and advise. Checks that need no model (the GPU
-    name, the architecture) come first, so a typo is refused before a minute of measuring."""
+    name, the architecture) come first, so a typo is refused before a minute of measuring. `show` hears where it is."""
     import torch
 
     from grpo_cli.plan import architectures
@@ -68,8 +69,8 @@ def run_preflight(recipe: Recipe, steps: int, prompts: int | None, gpu_spec: str
         work = Path(tmp)
         isolated = recipe.model_copy(update={"training": recipe.training.model_copy(
             update={"output_dir": str(work / "run"), "report_to": ["none"]})})
-        groups = sample_groups(isolated, prompts or default_prompt_count(recipe))  # first, from the model as it starts
-        measured = measure_steps(isolated, work, steps)
+        groups = sample_groups(isolated, prompts or default_prompt_count(recipe), show)  # from the model as it starts
+        measured = measure_steps(isolated, work, steps, show)
 
     planned = memory_plan(measured.recipe, arch, measured.device)
     if gpu_bytes is None and measured.device == "cuda":

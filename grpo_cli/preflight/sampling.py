@@ -80,7 +80,7 @@ def score(funcs: list, prompts: list, completions: list, completion_ids: list, c
     return values, errors
 
 
-def sample_groups(recipe: Recipe, prompt_count: int) -> SampledGroups:
+def sample_groups(recipe: Recipe, prompt_count: int, show=lambda text, new_phase=False: None) -> SampledGroups:
     """Sample `num_generations` completions for each of `prompt_count` prompts of the recipe's data and score them."""
     import torch
 
@@ -112,8 +112,11 @@ def sample_groups(recipe: Recipe, prompt_count: int) -> SampledGroups:
     batch_shares: list[float] = []
     seconds = 0.0
     columns_all = {k: rows[k] for k in rows.column_names if k != "prompt"}
+    batches = -(-len(rows) // per_batch)
     for start in range(0, len(rows), per_batch):
         prompts = rows["prompt"][start:start + per_batch]
+        show(f"sampling for the learning signal: batch {start // per_batch + 1}/{batches} "
+             f"({len(prompts)} prompts x {g} completions, up to {budget} tokens)", new_phase=True)
         texts = [data.render_prompt(tokenizer, p) for p in prompts]
         inputs = tokenizer(texts, return_tensors="pt", padding=True, add_special_tokens=False).to(model.device)
         started = time.perf_counter()
