@@ -63,3 +63,20 @@ def test_a_step_says_which_phase_it_is_in(tmp_path, tiny_llama, monkeypatch):
     assert any(text.startswith("generating 8 completions: token 1/8") for text in seen), seen
     assert any(text.startswith("generated in") and text.endswith("micro-batch 1/2") for text in seen), seen
     assert "training micro-batch 2/2" in seen
+
+
+def test_in_a_log_each_phase_change_is_a_line_and_repeats_wait_30_seconds():
+    import io
+
+    from rich.console import Console
+
+    from grpo_cli.train.display import TrainingDisplay
+
+    out = io.StringIO()
+    display = TrainingDisplay(Console(file=out, force_terminal=False, width=200), total_steps=3)
+    for text in ("generating 16 completions: token 1/320", "generating 16 completions: token 9/320",
+                 "generated in 90 s; training micro-batch 1/2", "training micro-batch 2/2", "training micro-batch 2/2"):
+        display.phase(text)
+    assert out.getvalue().splitlines() == ["  step 1/3: generating 16 completions: token 1/320",
+                                           "  step 1/3: generated in 90 s; training micro-batch 1/2",
+                                           "  step 1/3: training micro-batch 2/2"]

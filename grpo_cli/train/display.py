@@ -26,6 +26,7 @@ class TrainingDisplay:
         self.progress = None
         self.stats = "generating..."
         self._last_phase_line = time.monotonic()
+        self._last_phase_kind = ""
         if console.is_terminal:
             self.progress = progress_bar(console, "step")
             self.task = self.progress.add_task("train", total=total_steps, stats="generating...")
@@ -40,12 +41,14 @@ class TrainingDisplay:
             self.progress.stop()
 
     def phase(self, text: str) -> None:
-        """Where the current step is (generating token k/N, training micro-batch i/n). In a log, a line at most
-        every 30 s, so a long step shows it is alive without flooding the file."""
+        """Where the current step is (generating token k/N, training micro-batch i/n). In a log, a line when the
+        phase changes (its first word) and at most one every 30 s within it: alive, without flooding the file."""
         if self.progress:
             self.progress.update(self.task, stats=f"{self.stats}  | {text}")
-        elif time.monotonic() - self._last_phase_line >= 30:
-            self._last_phase_line = time.monotonic()
+            return
+        kind = text.split(" ", 1)[0]
+        if kind != self._last_phase_kind or time.monotonic() - self._last_phase_line >= 30:
+            self._last_phase_line, self._last_phase_kind = time.monotonic(), kind
             self.console.print(f"  step {len(self.history) + 1}/{self.total}: {text}", highlight=False)
 
     def update(self, record: dict) -> None:
