@@ -220,3 +220,18 @@ def test_generation_runs_with_the_adapter_merged_and_leaves_base_weights_as_they
     for name, value in model.named_parameters():
         if name in base:
             assert torch.allclose(value, base[name], rtol=0, atol=1e-6), name
+
+
+def test_a_renamed_trl_method_is_one_clear_error():
+    """grpo wraps two private GRPOTrainer methods; a trl that lacks one stops at start-up with the fix."""
+    from grpo_cli.errors import UserError
+    from grpo_cli.train.phases import trl_seam
+
+    class OlderTrainer:
+        def _generate_single_turn(self):
+            return "generated"
+
+    assert trl_seam(OlderTrainer(), "_generate_single_turn", "wraps")() == "generated"
+    with pytest.raises(UserError, match=r"has no GRPOTrainer\._generate_and_score_completions, which grpo measures.*"
+                                        r"pip install 'trl>=1.16,<2'"):
+        trl_seam(OlderTrainer(), "_generate_and_score_completions", "measures the generation phase by")

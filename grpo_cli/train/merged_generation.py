@@ -15,7 +15,7 @@ benchmarks/generation_in_training.py measures it against TRL's own path and `grp
 
 from __future__ import annotations
 
-from grpo_cli.errors import UserError
+from grpo_cli.train.phases import trl_seam
 
 SEAM = "_generate_single_turn"  # GRPOTrainer's private call of the generation backend (trl 1.x)
 
@@ -36,13 +36,7 @@ def install(trainer) -> bool:
     """Merge around each generate call when the model allows it; True when installed."""
     if not can_merge(trainer):
         return False
-    original = getattr(trainer, SEAM, None)
-    if not callable(original):
-        from importlib.metadata import version
-
-        raise UserError(f"the installed trl {version('trl')} has no GRPOTrainer.{SEAM}, which grpo wraps to "
-                        "generate with the adapter merged; install the trl range grpo supports: "
-                        "pip install 'trl>=1.16,<2'")
+    original = trl_seam(trainer, SEAM, "wraps to generate with the adapter merged")
     import torch
 
     model = trainer.accelerator.unwrap_model(trainer.model)

@@ -14,17 +14,23 @@ from grpo_cli.errors import UserError
 GENERATION_SEAM = "_generate_and_score_completions"  # GRPOTrainer's private generate-and-score phase (trl 1.x)
 
 
+def trl_seam(trainer, name: str, purpose: str) -> Callable:
+    """The trainer's private TRL method `name`; if an upgrade renamed it, say so at start-up, naming what grpo
+    uses it for, instead of silently doing without."""
+    method = getattr(trainer, name, None)
+    if not callable(method):
+        from importlib.metadata import version
+
+        raise UserError(f"the installed trl {version('trl')} has no GRPOTrainer.{name}, which grpo {purpose}; "
+                        "install the trl range grpo supports: pip install 'trl>=1.16,<2'")
+    return method
+
+
 def around_generation(trainer, on_start: Callable[[], None], on_end: Callable[[], None]) -> None:
     """Call `on_start`/`on_end` around each generate-and-score phase of the trainer's steps.
 
     The method is TRL's private one: if an upgrade renames it, say so at start-up instead of showing nothing."""
-    original = getattr(trainer, GENERATION_SEAM, None)
-    if not callable(original):
-        from importlib.metadata import version
-
-        raise UserError(f"the installed trl {version('trl')} has no GRPOTrainer.{GENERATION_SEAM}, which grpo "
-                        "measures and shows the generation phase by; install the trl range grpo supports: "
-                        "pip install 'trl>=1.16,<2'")
+    original = trl_seam(trainer, GENERATION_SEAM, "measures and shows the generation phase by")
 
     def wrapped(*args, **kwargs):
         on_start()
