@@ -9,6 +9,7 @@
    Wilson intervals, format rate, mean completion length, completions cut at the budget.
 
     python benchmarks/gsm8k_learning.py [--workdir DIR] [--limit N] [--base DIR] [overrides...]
+    python benchmarks/gsm8k_learning.py --table RUN COMPARE_DIR [--base DIR]   # the table of finished work only
 
 `--base DIR` reuses a base evaluation with the same settings (benchmarks/gsm8k_learning/qwen2.5_coder_0.5b/base
 holds one); `--limit N` evaluates the first N test problems only. Training resumes: rerunning with the same
@@ -26,6 +27,8 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+
+from grpo_cli.eval.stats import paired_difference, wilson_interval
 
 ROOT = Path(__file__).resolve().parent.parent
 DATA = ROOT.parent / "shared" / "data" / "gsm8k"  # ../shared/data/gsm8k from the repository root
@@ -53,28 +56,43 @@ def first_last(run_dir: Path, key: str) -> tuple[float, float, int]:
     return mean(rows[:fifth]), mean(rows[-fifth:]), len(rows)
 
 
-def cut_at_budget(eval_dir: Path, budget: int) -> int:
-    rows = [json.loads(line) for line in (eval_dir / "predictions.jsonl").read_text().splitlines()]
-    return sum(r["new_tokens"] >= budget for r in rows)
+def predictions(eval_dir: Path) -> dict[int, dict]:
+    rows = (json.loads(line) for line in (eval_dir / "predictions.jsonl").read_text().splitlines() if line.strip())
+    return {r["index"]: r for r in rows}
+
+
+def model_row(label: str, rows: list[dict], budget: int) -> str:
+    """One model on the problems both evaluations scored: accuracy with a Wilson 95% interval per filter, how
+    often it wrote the marker, mean completion length and completions cut at the budget."""
+    n = len(rows)
+    cells = []
+    for name in ("strict-match", "flexible-extract"):
+        right = sum(bool(r["correct"][name]) for r in rows)
+        low, high = wilson_interval(right, n)
+        cells.append(f"{100 * right / n:.1f}% ({100 * low:.1f}-{100 * high:.1f}), {right}")
+    formatted = sum(bool(r["formatted"]) for r in rows)
+    mean_tokens = sum(r["new_tokens"] for r in rows) / n
+    cut = sum(r["new_tokens"] >= budget for r in rows)
+    return (f"| {label} | {n} | {cells[0]} | {cells[1]} | {100 * formatted / n:.1f}% | {mean_tokens:.0f} | "
+            f"{cut} ({100 * cut / n:.1f}%) |")
 
 
 def table(run_dir: Path, root: Path, base_dir: Path, budget: int) -> str:
-    comparison = json.loads((root / "comparison.json").read_text())
+    """Training first vs last 20% of steps, then base and trained on the problems both scored, and the paired
+    change (an evaluation still running is compared on what it has so far)."""
     first, last, steps = first_last(run_dir, "reward")
     right_first, right_last, _ = first_last(run_dir, "rewards/correctness/mean")
+    base, trained = predictions(base_dir), predictions(root / "trained")
+    common = sorted(set(base) & set(trained))
     lines = [f"training: {steps} steps, mean reward first 20% of steps {first:.3f} -> last 20% {last:.3f}; "
              f"correctness {right_first:.3f} -> {right_last:.3f}", "",
              "| model | problems | strict-match (95%) | flexible-extract (95%) | format rate | mean tokens | cut at budget |",
-             "|---|---|---|---|---|---|---|"]
-    for label, directory in (("base", base_dir), ("trained", root / "trained")):
-        s = json.loads((directory / "summary.json").read_text())
-        cells = [f"{100 * s['filters'][n]['accuracy']:.1f}% ({100 * s['filters'][n]['ci95'][0]:.1f}-"
-                 f"{100 * s['filters'][n]['ci95'][1]:.1f}), {s['filters'][n]['correct']}"
-                 for n in ("strict-match", "flexible-extract")]
-        lines.append(f"| {label} | {s['problems']} | {cells[0]} | {cells[1]} | {100 * s['format_rate']:.1f}% | "
-                     f"{s['mean_new_tokens']:.0f} | {cut_at_budget(directory, budget)} |")
-    lines.append("")
-    for name, f in comparison["filters"].items():
+             "|---|---|---|---|---|---|---|",
+             model_row("base", [base[i] for i in common], budget),
+             model_row("trained", [trained[i] for i in common], budget), ""]
+    for name in ("strict-match", "flexible-extract"):
+        f = paired_difference([bool(base[i]["correct"][name]) for i in common],
+                              [bool(trained[i]["correct"][name]) for i in common])
         lines.append(f"{name}: {100 * f['difference']:+.1f} pts, paired 95% {100 * f['low']:+.1f} to "
                      f"{100 * f['high']:+.1f} ({f['fixed']} fixed, {f['broken']} broken)")
     return "\n".join(lines)
@@ -87,8 +105,15 @@ def main() -> None:
     parser.add_argument("--limit", type=int, help="Evaluate the first N test problems only (default: all 1319).")
     parser.add_argument("--base", type=Path, help="Reuse this base evaluation (same settings).")
     parser.add_argument("--max-new-tokens", type=int, default=512)
+    parser.add_argument("--table", nargs=2, type=Path, metavar=("RUN", "COMPARE_DIR"),
+                        help="Only print the table of an existing run and comparison (needs --base when the "
+                             "comparison reused one).")
     parser.add_argument("overrides", nargs="*", help="key=value overrides for the training recipe")
     args = parser.parse_args()
+    if args.table:
+        run_dir, root = args.table
+        print(table(run_dir, root, args.base or root / "base", args.max_new_tokens))
+        return
     args.workdir = args.workdir.resolve()
     args.base = args.base.resolve() if args.base else None
     grpo = shutil.which("grpo") or sys.exit("install the package first (README)")

@@ -194,8 +194,8 @@ def evaluate(
     recipe: Annotated[Optional[Path], typer.Argument(help="Recipe YAML (optional with --run, --compare or --model).",
                                                      show_default=False)] = None,
     overrides: OverridesArg = None,
-    run: Annotated[Optional[Path], typer.Option("--run", help="Evaluate the trained model of this run.")] = None,
-    compare_run: Annotated[Optional[Path], typer.Option("--compare", help="Evaluate base and trained of this run.")] = None,
+    run: Annotated[Optional[Path], typer.Option("--run", help="Evaluate the trained model of this run (or RUN/checkpoint-N).")] = None,
+    compare_run: Annotated[Optional[Path], typer.Option("--compare", help="Evaluate base and trained of this run (or RUN/checkpoint-N).")] = None,
     base_dir: Annotated[Optional[Path], typer.Option(
         "--base", help="With --compare: reuse (and continue) this base evaluation; its settings must match.")] = None,
     model: Annotated[Optional[str], typer.Option("--model", help="Model hub id, directory or .gguf file.")] = None,

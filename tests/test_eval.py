@@ -220,7 +220,8 @@ def test_eval_user_mistakes(tmp_path, tiny_llama):
 
 
 def test_compare_base_and_trained_lora_run(tmp_path, tiny_llama):
-    recipe = write_recipe(tmp_path, tiny_llama, lora={"r": 4, "dropout": 0.0}, training={"max_steps": 1})
+    recipe = write_recipe(tmp_path, tiny_llama, lora={"r": 4, "dropout": 0.0},
+                          training={"max_steps": 1, "save_steps": 1})
     trained = runner.invoke(app, ["train", str(recipe)])
     assert trained.exit_code == 0, trained.output
     run_dir = tmp_path / "run"
@@ -257,6 +258,17 @@ def test_compare_base_and_trained_lora_run(tmp_path, tiny_llama):
     assert other.exit_code == 2 and "max_new_tokens" in other.output
     alone = eval_cli("--run", str(run_dir), "--base", str(root / "base"))
     assert alone.exit_code == 2 and "--compare" in alone.output
+
+    # A checkpoint of the run compares the same way; the run's card (the final model's) is left as it is.
+    card_before = (run_dir / "README.md").read_bytes()
+    checkpoint = eval_cli("--compare", str(run_dir / "checkpoint-1"), "--base", str(root / "base"),
+                          "--data", "generated", "--limit", "4", "--max-new-tokens", "6")
+    assert checkpoint.exit_code == 0, checkpoint.output
+    at_checkpoint = run_dir / "eval" / "chat-test-checkpoint-1"
+    assert json.loads((at_checkpoint / "trained" / "settings.json").read_text())["adapter"] == \
+        str(run_dir / "checkpoint-1")
+    assert json.loads((at_checkpoint / "comparison.json").read_text())["problems"] == 4
+    assert (run_dir / "README.md").read_bytes() == card_before
 
     # The run copied to a machine without its training data or reward file: evaluation reads neither.
     import yaml

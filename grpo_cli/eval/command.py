@@ -12,6 +12,7 @@ from grpo_cli.errors import UserError
 from grpo_cli.eval import evaluate as ev
 from grpo_cli.eval.store import COMPARISON, OWN_FILES, SETTINGS, refuse_foreign
 from grpo_cli.recipe.schema import Recipe
+from grpo_cli.train.run_dir import RECIPE_FILE, is_checkpoint
 
 
 @dataclass
@@ -55,10 +56,10 @@ def run_eval(request: EvalRequest, display=None) -> EvalOutcome:
         default = ev.default_output(recipe.eval, target, request.run)
         output = request.output or (default / "trained" if request.run else default)
         outcome = EvalOutcome([ev.evaluate(recipe, target, output, display)], None)
-    if run_dir is not None:
+    if run_dir is not None and not is_checkpoint(run_dir):
         from grpo_cli.train.model_card import write_model_card
 
-        write_model_card(run_dir, recipe)  # now with these results
+        write_model_card(run_dir, recipe)  # now with these results (the card describes the final model only)
     return outcome
 
 
@@ -67,7 +68,6 @@ def _load(request: EvalRequest) -> Recipe:
     a run copied without its training data or reward files still evaluates."""
     from grpo_cli.models import is_lora_adapter
     from grpo_cli.recipe.validation import load_recipe
-    from grpo_cli.train.run_dir import RECIPE_FILE
 
     run_dir = request.compare_run or request.run
     options = {"model.name": request.model, **request.options}
@@ -87,7 +87,9 @@ def _load(request: EvalRequest) -> Recipe:
     if request.recipe is not None:
         return load_recipe(request.recipe, request.overrides, options=options, scope="eval")
     if run_dir is not None:
-        if not (run_dir / RECIPE_FILE).is_file():
-            raise UserError(f"{run_dir} is not a run directory (no {RECIPE_FILE}); give the run written by grpo train")
-        return load_recipe(run_dir / RECIPE_FILE, request.overrides, options=options, scope="eval")
+        recipe_file = (run_dir.parent if is_checkpoint(run_dir) else run_dir) / RECIPE_FILE
+        if not recipe_file.is_file():
+            raise UserError(f"{run_dir} is not a run directory (no {RECIPE_FILE}); give the run written by grpo train "
+                            "or one of its checkpoint-N folders")
+        return load_recipe(recipe_file, request.overrides, options=options, scope="eval")
     return load_recipe(None, request.overrides, options=options, scope="eval")

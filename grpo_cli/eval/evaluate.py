@@ -141,8 +141,13 @@ def _generator(recipe: Recipe, target: Target, budget: int):
 
 
 def default_output(ev: EvalSection, target: Target, run_dir: Path | None = None) -> Path:
-    """RUN/eval/<protocol>-<data> for a run (base/ and trained/ beneath), else evals/<model>[-<adapter>]-<...>."""
+    """RUN/eval/<protocol>-<data>[-checkpoint-N] for a run (base/ and trained/ beneath), else
+    evals/<model>[-<adapter>]-<...>."""
+    from grpo_cli.train.run_dir import is_checkpoint
+
     tag = f"{ev.protocol}-{Path(ev.source).stem if Path(ev.source).suffix else ev.split}"
+    if run_dir is not None and is_checkpoint(run_dir):
+        return run_dir.parent / "eval" / f"{tag}-{run_dir.name}"
     if run_dir is not None:
         return run_dir / "eval" / tag
     adapter = f"-{_slug(target.adapter)}" if target.adapter else ""
@@ -155,17 +160,20 @@ def _slug(name: str) -> str:
 
 
 def run_target(run_dir: Path, recipe: Recipe) -> Target:
-    """The trained model of a finished run: its LoRA adapter on the recipe's base, or its full weights."""
+    """The trained model of a finished run (its LoRA adapter on the recipe's base, or its full weights), or of one
+    of its checkpoints when `run_dir` is RUN/checkpoint-N."""
     from grpo_cli.models import is_lora_adapter
-    from grpo_cli.train.run_dir import FINAL_DIR
+    from grpo_cli.train.run_dir import FINAL_DIR, is_checkpoint
 
-    final = run_dir / FINAL_DIR
-    if is_lora_adapter(final):
-        return Target("trained", recipe.model.name, str(final))
-    if (final / "config.json").exists():
-        return Target("trained", str(final))
-    raise UserError(f"{run_dir} has no finished model in {final}: finish it with `grpo train RECIPE --resume`, "
-                    "or evaluate a checkpoint with --adapter RUN/checkpoint-N (LoRA runs)")
+    weights = run_dir if is_checkpoint(run_dir) else run_dir / FINAL_DIR
+    if is_lora_adapter(weights):
+        return Target("trained", recipe.model.name, str(weights))
+    if (weights / "config.json").exists():
+        return Target("trained", str(weights))
+    if weights == run_dir:
+        raise UserError(f"{run_dir} holds neither a LoRA adapter nor full model weights")
+    raise UserError(f"{run_dir} has no finished model in {weights}: finish it with `grpo train RECIPE --resume`, "
+                    f"or evaluate a checkpoint with --run {run_dir}/checkpoint-N")
 
 
 def compare(base: EvalResult, trained: EvalResult, output: Path) -> dict[str, Any]:

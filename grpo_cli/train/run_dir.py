@@ -40,6 +40,11 @@ def checkpoints(run_dir: Path) -> list[Path]:
     return sorted(found, key=lambda p: int(_CHECKPOINT.match(p.name).group(1)))
 
 
+def is_checkpoint(path: Path) -> bool:
+    """A `checkpoint-N` folder inside a run directory (the run's recipe one level up)."""
+    return bool(_CHECKPOINT.match(path.name)) and (path.parent / RECIPE_FILE).is_file()
+
+
 def checkpoint_problem(folder: Path) -> str | None:
     """Why a checkpoint cannot be resumed from (an interrupted save, a damaged file), or None when it is whole."""
     # The Trainer writes trainer_state.json after the weights, optimizer and RNG states: without it the save stopped.
