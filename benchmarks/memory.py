@@ -99,7 +99,9 @@ MATRICES = {"cpu": CPU_MATRIX, "cuda": CUDA_MATRIX, "tiny": TINY_MATRIX}
 
 def recipe_dict(model_dir: Path, cfg: dict) -> dict:
     recipe = {
-        "model": {"name": str(model_dir), "dtype": cfg.get("dtype", "bfloat16"), "gradient_checkpointing": cfg["gc"]},
+        # float32 rows were calibrated without autocast; keep them so on CPUs whose `auto` would pick bf16
+        "model": {"name": str(model_dir), "dtype": cfg.get("dtype", "bfloat16"), "gradient_checkpointing": cfg["gc"],
+                  "mixed_precision": "no" if cfg.get("dtype") == "float32" else "auto"},
         "data": {"system_prompt": "Answer briefly."},
         "rewards": ["correctness"],
         "grpo": {"num_generations": cfg["g"], "max_completion_length": cfg["c"], "beta": cfg["beta"]},

@@ -3,7 +3,10 @@
 Defaults are recipes/demo.yaml's settings; the options change what the GPU harness compares.
 
     python benchmarks/plain_trl.py MODEL_DIR STEPS OUTPUT_DIR [--dtype bfloat16] [--generations 8] [--completion 256]
-        [--batch 16] [--liger]
+        [--batch 16] [--liger] [--checkpointing] [--mixed trl-default|bf16|no]
+
+--mixed: `trl-default` leaves bf16 unset, as a script written the obvious way would, so TRL's default (bf16=True,
+autocast whatever the hardware) applies; without it, bf16 follows --dtype (float32 weights train in float32).
 """
 
 import argparse
@@ -28,6 +31,8 @@ parser.add_argument("--generations", type=int, default=4)
 parser.add_argument("--completion", type=int, default=32)
 parser.add_argument("--batch", type=int, default=8)
 parser.add_argument("--liger", action="store_true")
+parser.add_argument("--checkpointing", action="store_true")
+parser.add_argument("--mixed", choices=["trl-default", "bf16", "no"])
 args = parser.parse_args()
 
 system = "Answer in one short sentence that ends with the final number."
@@ -38,9 +43,15 @@ dataset = Dataset.from_list(
 )
 tokenizer = AutoTokenizer.from_pretrained(args.model_dir, padding_side="left")
 model = AutoModelForCausalLM.from_pretrained(args.model_dir, dtype=getattr(torch, args.dtype))
+if args.mixed == "trl-default":
+    precision = {}
+elif args.mixed:
+    precision = {"bf16": args.mixed == "bf16"}
+else:
+    precision = {"bf16": args.dtype == "bfloat16"}
 config = GRPOConfig(
-    output_dir=args.output_dir, use_cpu=not torch.cuda.is_available(), bf16=args.dtype == "bfloat16",
-    gradient_checkpointing=False, num_generations=args.generations, max_completion_length=args.completion,
+    output_dir=args.output_dir, use_cpu=not torch.cuda.is_available(), **precision,
+    gradient_checkpointing=args.checkpointing, num_generations=args.generations, max_completion_length=args.completion,
     temperature=1.0, loss_type="dapo", learning_rate=3e-4, lr_scheduler_type="constant",
     per_device_train_batch_size=args.batch, max_steps=args.steps, logging_steps=1, save_strategy="no", seed=42,
     report_to="none", reward_weights=[1.0, 0.5], use_liger_kernel=args.liger,

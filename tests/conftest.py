@@ -33,7 +33,8 @@ def write_recipe(directory: Path, model_dir: Path, **sections) -> Path:
     import yaml
 
     recipe = {
-        "model": {"name": str(model_dir), "dtype": "float32", "gradient_checkpointing": False},
+        # float32 matmuls everywhere: `auto` would switch to bf16 on CPUs that have it and make runs machine-dependent
+        "model": {"name": str(model_dir), "dtype": "float32", "mixed_precision": "no", "gradient_checkpointing": False},
         "data": {"source": "generated", "limit": 32, "system_prompt": "Answer briefly."},
         "rewards": [{"name": "correctness"}, {"name": "length_target", "kwargs": {"target": 8}, "weight": 0.5}],
         "grpo": {"num_generations": 2, "max_completion_length": 8, "temperature": 1.0},

@@ -36,6 +36,8 @@ def assert_finished_with_finite_loss(recipe, result, metrics):
     assert result.global_step == recipe.training.max_steps
     assert [m["step"] for m in metrics] == list(range(1, recipe.training.max_steps + 1))
     assert all(math.isfinite(m["loss"]) for m in metrics)
+    assert all(0 < m["generation_s"] < m["step_time_s"] for m in metrics)  # the phase split of each step
+    assert all(m["mixed_precision"] == recipe.model.mixed_precision for m in metrics)  # tests pin "no"
     assert (result.run_dir / "recipe.yaml").exists() and (result.run_dir / "samples.jsonl").exists()
 
 

@@ -126,6 +126,13 @@ def _param_bytes(recipe: Recipe, w: int) -> int:
     return 2 if recipe.quantization is not None else 4
 
 
+def _mixed(recipe: Recipe, device: str) -> str:
+    """The run's mixed precision: GPUs are taken to compute bfloat16 (Ampere and later); a CPU is asked."""
+    from grpo_cli.precision import cpu_computes_bf16, mixed_precision
+
+    return mixed_precision(recipe, native_bf16=device != "cpu" or cpu_computes_bf16())
+
+
 def _static_terms(recipe: Recipe, arch: Architecture, device: str, w: int) -> list[Term]:
     """What lives for the whole run: weights, adapters, reference model, optimizer states."""
     P, h, V = arch.params, arch.hidden_size, arch.vocab_size
@@ -240,6 +247,11 @@ def _training_terms(recipe: Recipe, arch: Architecture, device: str, w: int) -> 
         activations = T * L * per_token_layer
         act_formula = f"T {T} tokens x L {L} x {per_token_layer / 1e3:.1f} KB/token (no checkpointing)"
     terms.append(Term("activations", activations, "training", act_formula))
+    if lora is None and w == 4 and _mixed(recipe, device) != "no":
+        # Autocast caches its low-precision copy of each trainable float32 weight for the forward, and autograd
+        # keeps it for the backward (torch autocast's weight cache): 2 B/param until the backward ends.
+        terms.append(Term("autocast weight copies", trainable * 2, "training",
+                          f"P_t {trainable / 1e6:.1f}M x 2 B ({_mixed(recipe, device)} copies of float32 weights)"))
 
     rows, cols = min(T, TOKEN_CHUNK_SIZE), min(V, VOCAB_CHUNK_SIZE)
     tile = rows * cols

@@ -139,6 +139,7 @@ def trl_problems(recipe: Recipe) -> list[tuple[KeyPath, str]]:
     import dataclasses
     import tempfile
 
+    from grpo_cli.precision import mixed_precision_here
     from grpo_cli.recipe.grpo_config import grpo_config_kwargs
 
     import torch
@@ -158,7 +159,8 @@ def trl_problems(recipe: Recipe) -> list[tuple[KeyPath, str]]:
         return out
     with tempfile.TemporaryDirectory() as tmp:
         try:
-            GRPOConfig(**grpo_config_kwargs(recipe, Path(tmp), on_cpu=not torch.cuda.is_available()))
+            on_cpu = not torch.cuda.is_available()
+            GRPOConfig(**grpo_config_kwargs(recipe, Path(tmp), on_cpu=on_cpu, mixed=mixed_precision_here(recipe, on_cpu)))
         except (ValueError, TypeError) as exc:
             out.append((("trl",), f"GRPOConfig rejects these settings: {exc}"))
     return out

@@ -8,23 +8,27 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from grpo_cli.precision import mixed_precision
 from grpo_cli.recipe.schema import Recipe
 
 
-def grpo_config_kwargs(recipe: Recipe, output_dir: Path, on_cpu: bool = False) -> dict[str, Any]:
+def grpo_config_kwargs(recipe: Recipe, output_dir: Path, on_cpu: bool = False,
+                       mixed: str | None = None) -> dict[str, Any]:
     """Map every first-class recipe field onto its GRPOConfig name; `trl:` passthrough entries come last.
 
     `on_cpu`: no GPU here; transformers then needs `use_cpu=True` to accept bf16/fp16 settings.
+    `mixed`: the mixed precision resolved on this machine (`precision.mixed_precision_here`); None: by the weights.
     """
+    mixed = mixed or mixed_precision(recipe, native_bf16=False)
     model, grpo, training = recipe.model, recipe.grpo, recipe.training
     kwargs: dict[str, Any] = dict(
         output_dir=str(output_dir),
         use_cpu=on_cpu,
         # Several CPU ranks talk over gloo (NCCL needs GPUs).
         **({"ddp_backend": "gloo"} if on_cpu and recipe.num_processes > 1 else {}),
-        # Mixed precision follows the weight dtype; float32 weights train in float32.
-        bf16=model.dtype == "bfloat16",
-        fp16=model.dtype == "float16",
+        # Set either way: TRL's default (bf16=True) would emulate bfloat16 on CPUs that lack it.
+        bf16=mixed == "bf16",
+        fp16=mixed == "fp16",
         gradient_checkpointing=model.gradient_checkpointing,
         trust_remote_code=model.trust_remote_code,
         # GRPO

@@ -52,6 +52,15 @@ class ModelSection(Section):
     name: str = Field(description="Hub id (Qwen/Qwen2.5-0.5B-Instruct), local model directory, or a .gguf file.",
                       min_length=1)
     dtype: Dtype = Field("bfloat16", description="Weight dtype. TRL would load float32 if none were given.")
+    mixed_precision: Literal["auto", "bf16", "fp16", "no"] = Field(
+        "auto", description="Matmuls in bf16/fp16 under autocast; weights, gradients and optimizer stay in dtype. "
+        "auto: bfloat16 weights -> bf16, float16 -> fp16, float32 -> bf16 where the hardware computes bfloat16 "
+        "natively (GPUs with bf16, CPUs with AVX512-BF16 or AMX), else no.")
+
+    @field_validator("mixed_precision", mode="before")
+    @classmethod
+    def _yaml_no_is_false(cls, value: Any) -> Any:
+        return "no" if value is False else value  # YAML reads a bare `no` as false
     attn_implementation: Literal["eager", "sdpa", "flash_attention_2", "flash_attention_3", "flex_attention"] = "sdpa"
     gradient_checkpointing: bool = Field(True, description="Recompute activations in backward to save memory.")
     trust_remote_code: bool = Field(False, description="Run Python code shipped with the model. Off unless you trust it.")

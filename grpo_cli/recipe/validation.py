@@ -158,6 +158,11 @@ def cross_field_problems(recipe: Recipe) -> list[tuple[KeyPath, str]]:
                 "to train LoRA adapters on it (QLoRA), or remove `quantization`",
             )
         )
+    mixed, weights = recipe.model.mixed_precision, recipe.model.dtype
+    if (mixed, weights) in (("fp16", "bfloat16"), ("bf16", "float16")):
+        fix = "bf16" if weights == "bfloat16" else "fp16"
+        out.append((("model", "mixed_precision"),
+                    f"{mixed} autocast does not match {weights} weights; use model.mixed_precision={fix} (or auto)"))
     if grpo.epsilon_high is not None and grpo.epsilon_high < grpo.epsilon:
         out.append(
             (("grpo", "epsilon_high"), f"must be >= grpo.epsilon ({grpo.epsilon}); e.g. grpo.epsilon_high={max(0.28, grpo.epsilon)}")

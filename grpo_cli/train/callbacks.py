@@ -40,6 +40,7 @@ class MetricsCallback(TrainerCallback):
         self.on_metrics = on_metrics
         self._last_time = time.perf_counter()
         self._last_step = 0
+        self.generation_seconds: Callable[[], float] | None = None  # StepPhases.take_generation_seconds, once known
 
     def on_train_begin(self, args, state, control, **kwargs):
         self._last_time = time.perf_counter()
@@ -60,6 +61,10 @@ class MetricsCallback(TrainerCallback):
             **{k: _finite(v) for k, v in logs.items() if k != "epoch"},
             "step_time_s": round(step_time, 4),
             "completion_tokens_per_s": round(mean_length * self.generation_batch / step_time, 2) if step_time else None,
+            # the generate-and-score phase's share of the step (sampling, rewards, reference log-probs); the rest
+            # is training
+            "generation_s": round(self.generation_seconds() / steps, 3) if self.generation_seconds else None,
+            "mixed_precision": "bf16" if args.bf16 else "fp16" if args.fp16 else "no",
             "peak_memory_gb": round(peak, 4),
             "peak_memory_kind": kind,  # rank 0's
             "allocator": os.environ.get("GRPO_ALLOCATOR", "system"),  # mimalloc on a CPU (grpo_cli/cpu_memory.py)

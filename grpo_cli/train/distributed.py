@@ -53,10 +53,12 @@ def accelerate_config(recipe: Recipe, on_cpu: bool) -> dict[str, Any]:
     """TRL's shipped accelerate config for the recipe's strategy, with this run's keys set on top.
 
     On CPU the ranks still start through the torchrun-based launcher (accelerate's own CPU mode needs mpirun); each
-    rank then runs on the CPU over gloo (GRPOConfig use_cpu=True, ddp_backend=gloo), in float32 mixed precision."""
+    rank then runs on the CPU over gloo (GRPOConfig use_cpu=True, ddp_backend=gloo). Mixed precision is the recipe's,
+    resolved on this machine (grpo_cli/precision.py), as each rank's GRPOConfig resolves it."""
     import importlib.util
 
     from grpo_cli.errors import UserError
+    from grpo_cli.precision import mixed_precision_here
 
     d = recipe.distributed
     spec = importlib.util.find_spec("trl")
@@ -67,9 +69,8 @@ def accelerate_config(recipe: Recipe, on_cpu: bool) -> dict[str, Any]:
         raise UserError(f"the installed trl {version('trl')} ships no {path.name} accelerate config; write your own "
                         "with `accelerate config` and set distributed.accelerate_config", path="distributed.strategy")
     config = yaml.safe_load(path.read_text(encoding="utf-8"))
-    mixed = {"bfloat16": "bf16", "float16": "fp16"}.get(recipe.model.dtype, "no")
     config.update(num_processes=d.num_processes, num_machines=d.num_machines, machine_rank=d.machine_rank,
-                  mixed_precision="no" if on_cpu else mixed)
+                  mixed_precision=mixed_precision_here(recipe, on_cpu))
     if d.main_process_ip:
         config["main_process_ip"] = d.main_process_ip
     if d.main_process_port:

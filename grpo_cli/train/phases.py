@@ -52,6 +52,12 @@ class StepPhases(TrainerCallback):
         self.calls = 0
         self.started = 0.0
         self.micro = 0
+        self.generation_total = 0.0  # seconds spent generating since the last take
+
+    def take_generation_seconds(self) -> float:
+        """Seconds of generate-and-score since the last call (the metrics line's `generation_s`)."""
+        total, self.generation_total = self.generation_total, 0.0
+        return total
 
     def install(self, trainer) -> None:
         around_generation(trainer, self._generation_start, self._generation_end)
@@ -66,7 +72,9 @@ class StepPhases(TrainerCallback):
 
     def _generation_end(self) -> None:
         self.generating, self.micro = False, 0
-        self.show(f"generated in {time.perf_counter() - self.started:.0f} s; training micro-batch 1/{self.micro_batches}")
+        seconds = time.perf_counter() - self.started
+        self.generation_total += seconds
+        self.show(f"generated in {seconds:.0f} s; training micro-batch 1/{self.micro_batches}")
 
     def _forward(self, module, args, output) -> None:
         if not self.generating:

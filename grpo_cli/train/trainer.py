@@ -55,7 +55,10 @@ def build_trainer(recipe: Recipe, run_dir: Path, callbacks: list | None = None, 
         reward_funcs = guarded_rewards(recipe)
     import torch
 
-    config = GRPOConfig(**grpo_config_kwargs(recipe, run_dir, on_cpu=not torch.cuda.is_available()))
+    from grpo_cli.precision import mixed_precision_here
+
+    on_cpu = not torch.cuda.is_available()
+    config = GRPOConfig(**grpo_config_kwargs(recipe, run_dir, on_cpu=on_cpu, mixed=mixed_precision_here(recipe, on_cpu)))
     trainer_class = GRPOTrainer
     if recipe.grpo.zero_variance_groups != "keep":
         zero_variance.check_seams()
@@ -78,6 +81,7 @@ def build_trainer(recipe: Recipe, run_dir: Path, callbacks: list | None = None, 
 
 def train(recipe: Recipe, resume: bool = False, console: Console | None = None) -> TrainResult:
     """Run a recipe to the end (or to Ctrl-C), writing everything a run keeps into its run directory."""
+    from grpo_cli.precision import precision_label
     from grpo_cli.train.callbacks import InterruptCallback, MetricsCallback
     from grpo_cli.train.display import TrainingDisplay
     from grpo_cli.train.distributed import process_rank
@@ -96,15 +100,18 @@ def train(recipe: Recipe, resume: bool = False, console: Console | None = None) 
     displays: list[TrainingDisplay] = []
     metrics_cb = MetricsCallback(run_dir, recipe.training.log_completions, recipe.generation_batch_size,
                                  reward_funcs[0], on_metrics=lambda record: displays and displays[0].update(record))
-    console.print(f"[bold]grpo train[/] {recipe.run_name}: {recipe.method} on {recipe.model.name} -> {run_dir}")
+    console.print(f"[bold]grpo train[/] {recipe.run_name}: {recipe.method} on {recipe.model.name} "
+                  f"({precision_label(recipe)}) -> {run_dir}")
     for line in ram_warning(recipe):
         console.print(line, style="yellow", highlight=False, soft_wrap=True)
     trainer, prepared = build_trainer(recipe, run_dir, [metrics_cb, interrupt], reward_funcs)
     for line in prepared.report(recipe):
         console.print(line, highlight=False)
     displays.append(TrainingDisplay(console, recipe.total_steps(len(prepared.dataset))))
-    StepPhases(displays[0].phase, recipe.grpo.max_completion_length, recipe.generation_batch_per_process,
-               recipe.training.gradient_accumulation_steps).install(trainer)
+    phases = StepPhases(displays[0].phase, recipe.grpo.max_completion_length, recipe.generation_batch_per_process,
+                        recipe.training.gradient_accumulation_steps)
+    phases.install(trainer)
+    metrics_cb.generation_seconds = phases.take_generation_seconds
     interrupt.install()
     try:
         with displays[0]:

@@ -1,0 +1,66 @@
+"""Mixed precision: `auto` follows the weights, and for float32 weights the hardware; bf16 autocast really trains."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from conftest import ASSETS, write_recipe
+from typer.testing import CliRunner
+
+from grpo_cli.cli import app
+from grpo_cli.precision import cpu_computes_bf16, mixed_precision
+from grpo_cli.recipe.grpo_config import grpo_config_kwargs
+from grpo_cli.recipe.validation import load_recipe, with_changes
+
+
+def test_cpu_bf16_is_read_from_the_cpu_flags(tmp_path):
+    zen4, older = tmp_path / "zen4", tmp_path / "older"
+    zen4.write_text("processor\t: 0\nflags\t\t: fpu sse2 avx2 avx512f avx512_bf16 avx512_vnni\n")
+    older.write_text("processor\t: 0\nflags\t\t: fpu sse2 avx2 avx512f avx512_vnni\n")
+    assert cpu_computes_bf16(zen4) and not cpu_computes_bf16(older)
+    assert not cpu_computes_bf16(tmp_path / "missing")
+
+
+@pytest.mark.parametrize("dtype, chosen, native, expected", [
+    ("float32", "auto", True, "bf16"), ("float32", "auto", False, "no"), ("bfloat16", "auto", False, "bf16"),
+    ("float16", "auto", True, "fp16"), ("float32", "no", True, "no"), ("float32", "bf16", False, "bf16"),
+])
+def test_auto_follows_the_weights_then_the_hardware(tmp_path, tiny_llama, dtype, chosen, native, expected):
+    recipe = load_recipe(write_recipe(tmp_path, tiny_llama), [f"model.dtype={dtype}", f"model.mixed_precision={chosen}"])
+    assert mixed_precision(recipe, native_bf16=native) == expected
+    kwargs = grpo_config_kwargs(recipe, tmp_path, on_cpu=True, mixed=mixed_precision(recipe, native))
+    # Always explicit: TRL's own default (bf16=True) would emulate bfloat16 on CPUs without it.
+    assert (kwargs["bf16"], kwargs["fp16"]) == (expected == "bf16", expected == "fp16")
+
+
+def test_autocast_that_contradicts_the_weights_is_refused(tmp_path, tiny_llama):
+    path = write_recipe(tmp_path, tiny_llama, model={"name": str(tiny_llama), "dtype": "bfloat16",
+                                                      "mixed_precision": "fp16"})
+    result = CliRunner().invoke(app, ["validate", str(path)])
+    assert result.exit_code == 2 and "model.mixed_precision" in result.output and "bf16" in result.output
+    assert "Traceback" not in result.output
+
+
+def test_bf16_autocast_over_float32_weights_trains(tmp_path, tiny_llama):
+    """A real TRL step with float32 LoRA weights and bf16 matmuls: the adapted layers compute in bfloat16 in the
+    loss's forward, the loss is finite and the adapter moves."""
+    from grpo_cli.train.trainer import build_trainer
+
+    rewards = [{"name": f"{ASSETS / 'varied_rewards.py'}:digit_share"}]  # reward variance in every group
+    recipe = with_changes(load_recipe(write_recipe(tmp_path, tiny_llama, lora={"r": 4, "dropout": 0.0}, rewards=rewards)),
+                          {"model.mixed_precision": "bf16"})
+    recipe.output_dir.mkdir(parents=True)
+    trainer, _ = build_trainer(recipe, recipe.output_dir)
+    assert trainer.args.bf16
+    model = trainer.accelerator.unwrap_model(trainer.model)
+    layer = next(m for name, m in model.named_modules() if name.endswith("q_proj.base_layer"))
+    seen = []
+    layer.register_forward_hook(lambda module, args, out: seen.append((torch.is_grad_enabled(), out.dtype)))
+    before = {n: p.detach().clone() for n, p in model.named_parameters() if p.requires_grad}
+    trainer.train()
+    assert (True, torch.bfloat16) in seen, seen  # the training forward ran its matmuls in bfloat16
+    assert all(p.dtype == torch.float32 for p in model.parameters())  # weights stay float32
+    assert all(math.isfinite(h["loss"]) for h in trainer.state.log_history if "loss" in h)
+    assert any(not torch.equal(before[n], p) for n, p in model.named_parameters() if p.requires_grad)
