@@ -1,5 +1,5 @@
 """This machine's float32 matmul throughput at the shapes each GRPO phase runs, and each measured phase as a
-fraction of it.
+fraction of it. The bfloat16 column is what `model.mixed_precision` (bf16 autocast) can reach on the same shapes.
 
 Shapes (rows x in x out, one Linear of the model): a decode step multiplies (completions) rows; training and
 evaluation prefill multiply (completions x sequence) rows. Phase timings come from benchmarks/cpu_memory.jsonl
@@ -22,9 +22,9 @@ ROOT = Path(__file__).resolve().parent.parent
 MODELS = {"SmolLM2-135M": (576, 1536, 134.5e6), "Qwen2.5-0.5B": (896, 4864, 494e6)}
 
 
-def gflops(rows: int, k: int, n: int, seconds: float = 1.0) -> float:
-    """Throughput of (rows x k) @ (k x n) in float32, best of a few timed repeats."""
-    a, b = torch.randn(rows, k), torch.randn(k, n)
+def gflops(rows: int, k: int, n: int, seconds: float = 1.0, dtype: torch.dtype = torch.float32) -> float:
+    """Throughput of (rows x k) @ (k x n) in `dtype`, best of a few timed repeats."""
+    a, b = torch.randn(rows, k, dtype=dtype), torch.randn(k, n, dtype=dtype)
     for _ in range(3):
         a @ b
     best, repeats = float("inf"), max(1, int(2e9 / (2 * rows * k * n)))
@@ -42,16 +42,19 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=torch.get_num_threads())
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
-    print(f"torch {torch.__version__}, {args.threads} threads, float32")
-    print(f"{'shape':28s} {'GFLOP/s':>8s}")
+    from grpo_cli.recipe.precision import cpu_computes_bf16
+
+    print(f"torch {torch.__version__}, {args.threads} threads; CPU computes bfloat16 natively: {cpu_computes_bf16()}")
+    print(f"{'shape':28s} {'GFLOP/s float32':>16s} {'bfloat16':>9s}")
     for label, shape in [("2048^3", (2048, 2048, 2048))]:
-        print(f"{label:28s} {gflops(*shape):8.1f}")
+        print(f"{label:28s} {gflops(*shape):16.1f} {gflops(*shape, dtype=torch.bfloat16):9.1f}")
     limits = {}
     for model, (h, f, _) in MODELS.items():
         for rows in (8, 16, 32, 512, 2048):
             rate = (gflops(rows, h, f) + gflops(rows, f, h)) / 2  # the MLP's two shapes carry most FLOPs
+            bf16 = (gflops(rows, h, f, dtype=torch.bfloat16) + gflops(rows, f, h, dtype=torch.bfloat16)) / 2
             limits[(model, rows)] = rate
-            print(f"{model + f' {rows} x {h} x {f}':28s} {rate:8.1f}")
+            print(f"{model + f' {rows} x {h} x {f}':28s} {rate:16.1f} {bf16:9.1f}")
     print()
     rows = [json.loads(line) for line in (ROOT / "benchmarks" / "cpu_memory.jsonl").read_text().splitlines()]
     print("phase fractions of the matmul limit at their own shapes (cpu_memory.jsonl, allocator `tool`):")

@@ -10,7 +10,7 @@ from conftest import ASSETS, write_recipe
 from typer.testing import CliRunner
 
 from grpo_cli.cli import app
-from grpo_cli.precision import cpu_computes_bf16, mixed_precision
+from grpo_cli.recipe.precision import cpu_computes_bf16, mixed_precision
 from grpo_cli.recipe.grpo_config import grpo_config_kwargs
 from grpo_cli.recipe.validation import load_recipe, with_changes
 

@@ -128,7 +128,7 @@ def _param_bytes(recipe: Recipe, w: int) -> int:
 
 def _mixed(recipe: Recipe, device: str) -> str:
     """The run's mixed precision: GPUs are taken to compute bfloat16 (Ampere and later); a CPU is asked."""
-    from grpo_cli.precision import cpu_computes_bf16, mixed_precision
+    from grpo_cli.recipe.precision import cpu_computes_bf16, mixed_precision
 
     return mixed_precision(recipe, native_bf16=device != "cpu" or cpu_computes_bf16())
 

@@ -139,7 +139,7 @@ def trl_problems(recipe: Recipe) -> list[tuple[KeyPath, str]]:
     import dataclasses
     import tempfile
 
-    from grpo_cli.precision import mixed_precision_here
+    from grpo_cli.recipe.precision import mixed_precision_here
     from grpo_cli.recipe.grpo_config import grpo_config_kwargs
 
     import torch

@@ -8,7 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from grpo_cli.precision import mixed_precision
+from grpo_cli.recipe.precision import mixed_precision
 from grpo_cli.recipe.schema import Recipe
 
 

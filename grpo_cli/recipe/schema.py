@@ -8,11 +8,15 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, PrivateAttr, field_validator
 
 Dtype = Literal["bfloat16", "float16", "float32"]
+# YAML reads a bare `no` as false
+MixedPrecision = Annotated[Literal["auto", "bf16", "fp16", "no"], BeforeValidator(lambda v: "no" if v is False else v)]
+# One name where a list is expected is a list of one
+Names = Annotated[list[str], BeforeValidator(lambda v: [v] if isinstance(v, str) else v)]
 LossType = Literal["grpo", "bnpo", "dr_grpo", "dapo", "cispo", "sapo", "luspo", "vespo"]
 Optimizer = Literal["adamw_torch", "adamw_torch_fused", "adamw_8bit", "adamw_bnb_8bit", "paged_adamw_8bit",
                     "paged_adamw_32bit", "adafactor", "sgd"]
@@ -52,15 +56,10 @@ class ModelSection(Section):
     name: str = Field(description="Hub id (Qwen/Qwen2.5-0.5B-Instruct), local model directory, or a .gguf file.",
                       min_length=1)
     dtype: Dtype = Field("bfloat16", description="Weight dtype. TRL would load float32 if none were given.")
-    mixed_precision: Literal["auto", "bf16", "fp16", "no"] = Field(
+    mixed_precision: MixedPrecision = Field(
         "auto", description="Matmuls in bf16/fp16 under autocast; weights, gradients and optimizer stay in dtype. "
         "auto: bfloat16 weights -> bf16, float16 -> fp16, float32 -> bf16 where the hardware computes bfloat16 "
         "natively (GPUs with bf16, CPUs with AVX512-BF16 or AMX), else no.")
-
-    @field_validator("mixed_precision", mode="before")
-    @classmethod
-    def _yaml_no_is_false(cls, value: Any) -> Any:
-        return "no" if value is False else value  # YAML reads a bare `no` as false
     attn_implementation: Literal["eager", "sdpa", "flash_attention_2", "flash_attention_3", "flex_attention"] = "sdpa"
     gradient_checkpointing: bool = Field(True, description="Recompute activations in backward to save memory.")
     trust_remote_code: bool = Field(False, description="Run Python code shipped with the model. Off unless you trust it.")
@@ -74,15 +73,10 @@ class LoraSection(Section):
     r: int = Field(16, ge=1, le=4096, description="LoRA rank.")
     alpha: int = Field(32, ge=1, description="LoRA scaling numerator (scale = alpha / r).")
     dropout: float = Field(0.05, ge=0.0, lt=1.0)
-    target_modules: list[str] = Field(default_factory=lambda: ["all-linear"], description="Module names to adapt, "
+    target_modules: Names = Field(default_factory=lambda: ["all-linear"], description="Module names to adapt, "
                                       "or `all-linear` for every Linear layer except the output head.")
     bias: Literal["none", "all", "lora_only"] = "none"
     use_rslora: bool = False
-
-    @field_validator("target_modules", mode="before")
-    @classmethod
-    def _one_name_is_a_list(cls, value: Any) -> Any:
-        return [value] if isinstance(value, str) else value
 
 
 class QuantizationSection(Section):
@@ -175,13 +169,8 @@ class TrainingSection(Section):
     logging_steps: int = Field(1, ge=1)
     save_steps: int = Field(100, ge=1)
     save_total_limit: int | None = Field(2, ge=1)
-    report_to: list[str] = Field(default_factory=lambda: ["none"], description="none, tensorboard, wandb, ...")
+    report_to: Names = Field(default_factory=lambda: ["none"], description="none, tensorboard, wandb, ...")
     log_completions: int = Field(4, ge=0, description="Sample completions saved per logging step.")
-
-    @field_validator("report_to", mode="before")
-    @classmethod
-    def _one_target_is_a_list(cls, value: Any) -> Any:
-        return [value] if isinstance(value, str) else value
 
 
 class EvalSection(Section):

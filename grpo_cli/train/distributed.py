@@ -58,7 +58,7 @@ def accelerate_config(recipe: Recipe, on_cpu: bool) -> dict[str, Any]:
     import importlib.util
 
     from grpo_cli.errors import UserError
-    from grpo_cli.precision import mixed_precision_here
+    from grpo_cli.recipe.precision import mixed_precision_here
 
     d = recipe.distributed
     spec = importlib.util.find_spec("trl")

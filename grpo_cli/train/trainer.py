@@ -55,7 +55,7 @@ def build_trainer(recipe: Recipe, run_dir: Path, callbacks: list | None = None, 
         reward_funcs = guarded_rewards(recipe)
     import torch
 
-    from grpo_cli.precision import mixed_precision_here
+    from grpo_cli.recipe.precision import mixed_precision_here
 
     on_cpu = not torch.cuda.is_available()
     config = GRPOConfig(**grpo_config_kwargs(recipe, run_dir, on_cpu=on_cpu, mixed=mixed_precision_here(recipe, on_cpu)))
@@ -81,7 +81,7 @@ def build_trainer(recipe: Recipe, run_dir: Path, callbacks: list | None = None, 
 
 def train(recipe: Recipe, resume: bool = False, console: Console | None = None) -> TrainResult:
     """Run a recipe to the end (or to Ctrl-C), writing everything a run keeps into its run directory."""
-    from grpo_cli.precision import precision_label
+    from grpo_cli.recipe.precision import precision_label
     from grpo_cli.train.callbacks import InterruptCallback, MetricsCallback
     from grpo_cli.train.display import TrainingDisplay
     from grpo_cli.train.distributed import process_rank
