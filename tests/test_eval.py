@@ -169,6 +169,8 @@ def test_eval_resumes_after_interruption_without_losing_or_repeating(tmp_path, t
     again = eval_cli("--model", str(respelled), *common[2:])
     assert again.exit_code == 0, again.output
     assert predictions(out) == resumed
+    # Nothing left to score: the summary keeps the timing of the session that generated, not an empty one.
+    assert json.loads((out / "summary.json").read_text())["session"] == summary["session"]
 
 
 def test_eval_lm_eval_protocol_on_local_files(tmp_path, tiny_llama):

@@ -105,8 +105,17 @@ def evaluate(recipe: Recipe, target: Target, output: Path, display=None) -> Eval
     summary = {"target": target.label, "model": target.model, "adapter": target.adapter, "protocol": ev.protocol,
                "data": {"source": ev.source, "split": ev.split, "limit": ev.limit, "unscorable": unscorable},
                **summarize(scored, wall, len(todo), new_tokens)}
+    if not todo:  # nothing generated now (a finished evaluation reused): keep the last generating session's timing
+        summary["session"] = _previous_session(output) or summary["session"]
     (output / SUMMARY).write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
     return EvalResult(output, summary, {p.index: store.records[p.index] for p in problems})
+
+
+def _previous_session(output: Path) -> dict | None:
+    try:
+        return json.loads((output / SUMMARY).read_text(encoding="utf-8")).get("session")
+    except (OSError, ValueError, AttributeError):
+        return None
 
 
 def _generator(recipe: Recipe, target: Target, budget: int):
