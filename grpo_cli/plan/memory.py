@@ -247,11 +247,12 @@ def _training_terms(recipe: Recipe, arch: Architecture, device: str, w: int) -> 
         activations = T * L * per_token_layer
         act_formula = f"T {T} tokens x L {L} x {per_token_layer / 1e3:.1f} KB/token (no checkpointing)"
     terms.append(Term("activations", activations, "training", act_formula))
-    if lora is None and w == 4 and _mixed(recipe, device) != "no":
+    mixed = _mixed(recipe, device)
+    if lora is None and w == 4 and mixed != "no":
         # Autocast caches its low-precision copy of each trainable float32 weight for the forward, and autograd
         # keeps it for the backward (torch autocast's weight cache): 2 B/param until the backward ends.
         terms.append(Term("autocast weight copies", trainable * 2, "training",
-                          f"P_t {trainable / 1e6:.1f}M x 2 B ({_mixed(recipe, device)} copies of float32 weights)"))
+                          f"P_t {trainable / 1e6:.1f}M x 2 B ({mixed} copies of float32 weights)"))
 
     rows, cols = min(T, TOKEN_CHUNK_SIZE), min(V, VOCAB_CHUNK_SIZE)
     tile = rows * cols

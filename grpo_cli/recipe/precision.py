@@ -2,10 +2,10 @@
 
 Mixed precision runs the matmuls in bfloat16 (or float16) under autocast while the weights, gradients and optimizer
 stay in `model.dtype`. It pays only where the hardware multiplies bfloat16 natively: on this project's 2-core
-AVX512-BF16 CPU a 512 x 896 x 4864 matmul runs about 2.6x faster in bfloat16 than in float32, and the training phase
-of a Qwen2.5-0.5B LoRA step 1.65x faster (benchmarks/mixed_precision.txt). On a CPU without it, oneDNN emulates
-bfloat16 and a step of the demo took 110 s against 13.5 s in float32. TRL's own default (`bf16=True` whatever the
-hardware) would take that slow path on such CPUs; `auto` does not.
+AVX512-BF16 CPU a Qwen2.5-0.5B LoRA step took 105 s against 157 s in float32 (benchmarks/train_overhead.txt; matmul
+throughput by dtype in benchmarks/cpu_limits.txt). On a CPU without it, oneDNN emulates bfloat16 and a step of the
+demo took 110 s against 13.5 s in float32. TRL's own default (`bf16=True` whatever the hardware) would take that
+slow path on such CPUs; `auto` does not.
 """
 
 from __future__ import annotations
@@ -16,6 +16,8 @@ from grpo_cli.recipe.schema import Recipe
 
 # /proc/cpuinfo flags of x86 CPUs whose vector units multiply bfloat16 (Zen 4 and later, Cooper Lake, Sapphire Rapids).
 NATIVE_BF16_CPU_FLAGS = frozenset({"avx512_bf16", "amx_bf16"})
+# Half-precision weights train under the matching autocast.
+BY_WEIGHTS = {"bfloat16": "bf16", "float16": "fp16"}
 
 
 def cpu_computes_bf16(cpuinfo: Path = Path("/proc/cpuinfo")) -> bool:
@@ -35,9 +37,8 @@ def mixed_precision(recipe: Recipe, native_bf16: bool) -> str:
     chosen = recipe.model.mixed_precision
     if chosen != "auto":
         return chosen
-    by_weights = {"bfloat16": "bf16", "float16": "fp16"}.get(recipe.model.dtype)
-    if by_weights:
-        return by_weights
+    if recipe.model.dtype in BY_WEIGHTS:
+        return BY_WEIGHTS[recipe.model.dtype]
     return "bf16" if native_bf16 else "no"
 
 
@@ -57,6 +58,6 @@ def precision_label(recipe: Recipe) -> str:
     import torch
 
     mixed = mixed_precision_here(recipe, on_cpu=not torch.cuda.is_available())
-    if mixed == "no" or mixed == {"bfloat16": "bf16", "float16": "fp16"}.get(recipe.model.dtype):
+    if mixed in ("no", BY_WEIGHTS.get(recipe.model.dtype)):
         return recipe.model.dtype
     return f"{recipe.model.dtype} weights, {mixed} matmuls"

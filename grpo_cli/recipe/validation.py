@@ -12,6 +12,7 @@ from pydantic import BaseModel, ValidationError
 
 from grpo_cli.errors import Problem, UserError
 from grpo_cli.recipe.checks import path_problems, reward_problems, trl_problems
+from grpo_cli.recipe.precision import BY_WEIGHTS
 from grpo_cli.recipe.schema import Recipe, generation_batch
 from grpo_cli.recipe.yaml_source import (
     COMMAND_LINE, KeyPath, apply_options, apply_overrides, format_path, line_of, read_yaml,
@@ -160,7 +161,7 @@ def cross_field_problems(recipe: Recipe) -> list[tuple[KeyPath, str]]:
         )
     mixed, weights = recipe.model.mixed_precision, recipe.model.dtype
     if (mixed, weights) in (("fp16", "bfloat16"), ("bf16", "float16")):
-        fix = "bf16" if weights == "bfloat16" else "fp16"
+        fix = BY_WEIGHTS[weights]
         out.append((("model", "mixed_precision"),
                     f"{mixed} autocast does not match {weights} weights; use model.mixed_precision={fix} (or auto)"))
     if grpo.epsilon_high is not None and grpo.epsilon_high < grpo.epsilon:

@@ -54,7 +54,7 @@ def accelerate_config(recipe: Recipe, on_cpu: bool) -> dict[str, Any]:
 
     On CPU the ranks still start through the torchrun-based launcher (accelerate's own CPU mode needs mpirun); each
     rank then runs on the CPU over gloo (GRPOConfig use_cpu=True, ddp_backend=gloo). Mixed precision is the recipe's,
-    resolved on this machine (grpo_cli/precision.py), as each rank's GRPOConfig resolves it."""
+    resolved on this machine (recipe/precision.py), as each rank's GRPOConfig resolves it."""
     import importlib.util
 
     from grpo_cli.errors import UserError
