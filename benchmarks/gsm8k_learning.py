@@ -127,8 +127,10 @@ def main() -> None:
     train_s = run([grpo, "train", str(recipe), *model, f"data.source={DATA / 'train.jsonl'}",
                    f"training.output_dir={run_dir}", *args.overrides, *resume])
     root = args.workdir / "compare"
-    command = [grpo, "eval", "--compare", str(run_dir), "--data", str(DATA / "test.jsonl"), "--output", str(root),
-               "--max-new-tokens", str(args.max_new_tokens)]
+    # float32 generation, as every committed evaluation of these proofs was made (the default follows the training
+    # precision, bfloat16 on CPUs that have it, and a base evaluation reused with --base must match).
+    command = [grpo, "eval", "--compare", str(run_dir), "model.mixed_precision=no", "--data", str(DATA / "test.jsonl"),
+               "--output", str(root), "--max-new-tokens", str(args.max_new_tokens)]
     command += ["--limit", str(args.limit)] if args.limit else []
     command += ["--base", str(args.base)] if args.base else []
     eval_s = run(command)

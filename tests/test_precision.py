@@ -64,3 +64,37 @@ def test_bf16_autocast_over_float32_weights_trains(tmp_path, tiny_llama):
     assert all(p.dtype == torch.float32 for p in model.parameters())  # weights stay float32
     assert all(math.isfinite(h["loss"]) for h in trainer.state.log_history if "loss" in h)
     assert any(not torch.equal(before[n], p) for n, p in model.named_parameters() if p.requires_grad)
+
+
+def test_eval_generates_in_the_training_precision_with_the_adapter_unmerged(tmp_path, tiny_llama):
+    """bf16 evaluation casts the weights once and keeps a LoRA adapter beside them: merged into bfloat16 weights,
+    an update smaller than their rounding step would vanish."""
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM
+
+    from grpo_cli.eval.evaluate import Target, _generator, settings_of
+
+    peft = get_peft_model(AutoModelForCausalLM.from_pretrained(tiny_llama, dtype=torch.float32), LoraConfig(r=4, lora_alpha=8, target_modules="all-linear", init_lora_weights=False))
+    adapter = tmp_path / "adapter"
+    peft.save_pretrained(adapter)
+    target = Target("adapter", str(tiny_llama), str(adapter))
+    ids = torch.tensor([[1, 5, 9, 13, 17, 21]])
+
+    def logits(mixed: str):
+        recipe = load_recipe(write_recipe(tmp_path, tiny_llama), [f"model.mixed_precision={mixed}"])
+        generator, _ = _generator(recipe, target, budget=4)
+        with torch.inference_mode():
+            return recipe, generator.model, generator.model(input_ids=ids).logits.float()
+
+    recipe, bf16_model, bf16 = logits("bf16")
+    assert next(bf16_model.parameters()).dtype == torch.bfloat16
+    assert any("lora_A" in name for name, _ in bf16_model.named_parameters())  # unmerged
+    assert settings_of(recipe, target, "bfloat16")["compute_dtype"] == "bfloat16"
+    _, fp32_model, fp32 = logits("no")
+    assert next(fp32_model.parameters()).dtype == torch.float32
+    assert not any("lora_A" in name for name, _ in fp32_model.named_parameters())  # merged
+    with torch.inference_mode():
+        plain = AutoModelForCausalLM.from_pretrained(tiny_llama, dtype=torch.float32)(input_ids=ids).logits
+    adapter_effect = (fp32 - plain).abs().max()
+    assert adapter_effect > 0.05  # the adapter matters here ...
+    assert (bf16 - fp32).abs().max() < adapter_effect / 5  # ... and bf16 keeps it, up to bf16 rounding

@@ -52,11 +52,13 @@ def max_new_tokens(ev: EvalSection) -> int:
     return ev.max_new_tokens or DEFAULT_MAX_NEW_TOKENS[ev.protocol]
 
 
-def settings_of(recipe: Recipe, target: Target) -> dict[str, Any]:
-    """What makes two evaluations the same one (limit and batch size may change between resumes)."""
+def settings_of(recipe: Recipe, target: Target, compute_dtype: str | None = None) -> dict[str, Any]:
+    """What makes two evaluations the same one (limit and batch size may change between resumes). `compute_dtype` is
+    recorded only where it differs from the weights' dtype, so float32 evaluations made before it existed continue."""
     ev = recipe.eval
     return {
         "model": target.model, "adapter": target.adapter, "dtype": recipe.model.dtype,
+        **({"compute_dtype": compute_dtype} if compute_dtype not in (None, recipe.model.dtype) else {}),
         "source": ev.source, "config": ev.config, "split": ev.split, "protocol": ev.protocol,
         "max_new_tokens": max_new_tokens(ev),
         **({"num_fewshot": ev.num_fewshot, "fewshot_source": ev.fewshot_source, "fewshot_seed": ev.fewshot_seed}
@@ -73,7 +75,7 @@ def evaluate(recipe: Recipe, target: Target, output: Path, display=None) -> Eval
     quiet_libraries()  # dataset-loading bars and hub retry warnings would sit above our own progress
     problems, unscorable = load_problems(ev)
     pool = fewshot_pool(ev) if ev.protocol == "lm-eval" and ev.num_fewshot else []  # its errors come before any file
-    store = PredictionStore(output, settings_of(recipe, target))
+    store = PredictionStore(output, settings_of(recipe, target, compute_dtype(recipe)))
     todo = [p for p in problems if p.index not in store.records]
     wall, new_tokens = 0.0, 0
     if todo:
@@ -118,6 +120,17 @@ def _previous_session(output: Path) -> dict | None:
         return None
 
 
+def compute_dtype(recipe: Recipe) -> str:
+    """The dtype generation runs in: training's matmul precision (bitsandbytes-quantized models keep theirs)."""
+    import torch
+
+    from grpo_cli.recipe.precision import inference_dtype
+
+    if recipe.quantization is not None:
+        return recipe.model.dtype
+    return inference_dtype(recipe, on_cpu=not torch.cuda.is_available())
+
+
 def _generator(recipe: Recipe, target: Target, budget: int):
     """vLLM when installed on CUDA (not for bitsandbytes-quantized models), else transformers' generate."""
     import torch
@@ -131,15 +144,21 @@ def _generator(recipe: Recipe, target: Target, budget: int):
     quiet_libraries()
     tokenizer = load_tokenizer(recipe)
     stops = LM_EVAL_STOPS if recipe.eval.protocol == "lm-eval" else []
+    dtype = compute_dtype(recipe)
     if vllm_available() and recipe.quantization is None:
-        return VLLMGenerator(resolve_model_path(recipe.model.name), tokenizer, budget, stops, recipe.model.dtype,
+        return VLLMGenerator(resolve_model_path(recipe.model.name), tokenizer, budget, stops, dtype,
                              target.adapter, recipe.model.trust_remote_code), tokenizer
-    model = load_model(recipe)
+    narrower = dtype != recipe.model.dtype
+    model = load_model(recipe.model_copy(update={"model": recipe.model.model_copy(update={"dtype": dtype})}))
     if target.adapter:
         from peft import PeftModel
 
         model = PeftModel.from_pretrained(model, target.adapter)
-        if recipe.quantization is None:
+        if narrower:
+            # Merged into bfloat16 weights, a LoRA update (often below their rounding step) would be rounded away;
+            # unmerged, it is computed on its own and added to the layer's output.
+            model = model.to(getattr(torch, dtype))
+        elif recipe.quantization is None:
             model = model.merge_and_unload()  # one plain model generates faster than base + adapter
     if torch.cuda.is_available() and recipe.quantization is None:
         model = model.to("cuda")
