@@ -45,7 +45,10 @@ def main() -> None:
     from grpo_cli.train import merged_generation
     from grpo_cli.train.trainer import build_trainer
 
-    recipe = load_recipe(Path(args.recipe), args.overrides)
+    # The float32 path, where grpo merges the adapter for generation. Under bf16/fp16 autocast a LoRA run keeps its
+    # frozen weights in bfloat16 and generates unmerged under autocast (grpo_cli/train/frozen_weights.py); that
+    # path is timed as a whole by benchmarks/train_overhead.py.
+    recipe = load_recipe(Path(args.recipe), ["model.mixed_precision=no", *args.overrides])
     batch = recipe.generation_batch_per_process
     groups = batch // recipe.grpo.num_generations
     with tempfile.TemporaryDirectory() as tmp:

@@ -156,3 +156,16 @@ def test_suggestions_only_name_recipe_fields():
     keys = {key for _, changes in candidate_changes(recipe) for key in changes}
     assert len(keys) >= 7
     assert all(is_schema_field(tuple(key.split("."))) for key in keys), keys
+
+
+def test_lora_under_autocast_counts_frozen_linears_once_cast():
+    """float32 weights, LoRA, bf16 autocast: the frozen decoder Linears are stored in bfloat16 (frozen_weights.py)."""
+    recipe = ROOT / "recipes/qwen2.5/1.5b_full.yaml"
+    lora = ("model.dtype=float32", "lora.r=16")
+    arch = architectures.resolve(load_recipe(recipe, list(lora)))
+    cast = plan_for(recipe, *lora, "model.mixed_precision=bf16").term("weights").bytes
+    kept = plan_for(recipe, *lora, "model.mixed_precision=no").term("weights").bytes
+    assert kept == arch.params * 4
+    assert cast == arch.linear_params * 2 + (arch.params - arch.linear_params) * 4
+    full = plan_for(recipe, "model.dtype=float32", "model.mixed_precision=bf16").term("weights").bytes
+    assert full == arch.params * 4  # full fine-tuning trains them: float32 masters

@@ -44,13 +44,14 @@ def test_autocast_that_contradicts_the_weights_is_refused(tmp_path, tiny_llama):
 
 
 def test_bf16_autocast_over_float32_weights_trains(tmp_path, tiny_llama):
-    """A real TRL step with float32 LoRA weights and bf16 matmuls: the adapted layers compute in bfloat16 in the
-    loss's forward, the loss is finite and the adapter moves."""
+    """A real TRL step with float32 LoRA weights and bf16 matmuls, with a KL term (the reference forward runs on the
+    same base): the adapted layers compute in bfloat16 in the loss's forward, their frozen bases are stored in
+    bfloat16, the adapters train in float32, the loss is finite and the adapter moves."""
     from grpo_cli.train.trainer import build_trainer
 
     rewards = [{"name": f"{ASSETS / 'varied_rewards.py'}:digit_share"}]  # reward variance in every group
     recipe = with_changes(load_recipe(write_recipe(tmp_path, tiny_llama, lora={"r": 4, "dropout": 0.0}, rewards=rewards)),
-                          {"model.mixed_precision": "bf16"})
+                          {"model.mixed_precision": "bf16", "grpo.beta": 0.04})
     recipe.output_dir.mkdir(parents=True)
     trainer, _ = build_trainer(recipe, recipe.output_dir)
     assert trainer.args.bf16
@@ -61,9 +62,39 @@ def test_bf16_autocast_over_float32_weights_trains(tmp_path, tiny_llama):
     before = {n: p.detach().clone() for n, p in model.named_parameters() if p.requires_grad}
     trainer.train()
     assert (True, torch.bfloat16) in seen, seen  # the training forward ran its matmuls in bfloat16
-    assert all(p.dtype == torch.float32 for p in model.parameters())  # weights stay float32
+    trainable = [p for p in model.parameters() if p.requires_grad]
+    assert trainable and all(p.dtype == torch.float32 for p in trainable)  # the adapters train in float32
+    assert layer.weight.dtype == torch.bfloat16  # a frozen base, cast once
+    assert model.get_input_embeddings().weight.dtype == torch.float32
+    assert any(h.get("kl", 0) > 0 for h in trainer.state.log_history)  # the reference forward ran
     assert all(math.isfinite(h["loss"]) for h in trainer.state.log_history if "loss" in h)
     assert any(not torch.equal(before[n], p) for n, p in model.named_parameters() if p.requires_grad)
+
+
+def test_frozen_weights_cast_once_give_the_products_autocast_gives():
+    """Storing a frozen weight in bfloat16 changes nothing under bf16 autocast: it casts to the same values."""
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    from grpo_cli.train.frozen_weights import frozen_linears
+
+    config = AutoConfig.for_model("llama", hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                                  num_attention_heads=4, num_key_value_heads=2, vocab_size=256)
+    torch.manual_seed(0)
+    model = get_peft_model(AutoModelForCausalLM.from_config(config),
+                           LoraConfig(r=4, target_modules="all-linear", init_lora_weights=False))
+    ids = torch.randint(0, 256, (2, 12))
+
+    def logits():
+        with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
+            return model(input_ids=ids).logits
+
+    before = logits()
+    layers = frozen_linears(model)
+    assert len(layers) == 2 * 7  # q, k, v, o, gate, up, down per layer; not lm_head, not the adapters
+    for module in layers:
+        module.to(torch.bfloat16)
+    assert torch.equal(before, logits())
 
 
 def test_eval_generates_in_the_training_precision_with_the_adapter_unmerged(tmp_path, tiny_llama):

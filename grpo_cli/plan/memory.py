@@ -145,6 +145,11 @@ def _static_terms(recipe: Recipe, arch: Architecture, device: str, w: int) -> li
     elif q is not None:
         weights = arch.linear_params * INT8_BYTES + (P - arch.linear_params) * w
         formula = f"Linear {arch.linear_params / 1e6:.0f}M x 1 B (int8) + other x {w} B"
+    elif recipe.lora is not None and w == 4 and _mixed(recipe, device) != "no" \
+            and recipe.distributed.strategy not in ("zero3", "fsdp"):
+        # Frozen Linear weights are cast once to the autocast dtype (grpo_cli/train/frozen_weights.py).
+        weights = arch.linear_params * 2 + (P - arch.linear_params) * w
+        formula = f"frozen Linear {arch.linear_params / 1e6:.0f}M x 2 B (cast once for autocast) + other x {w} B"
     else:
         weights = P * w
         formula = f"P {P / 1e6:.1f}M x {w} B ({recipe.model.dtype})"

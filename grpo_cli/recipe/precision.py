@@ -62,10 +62,13 @@ def inference_dtype(recipe: Recipe, on_cpu: bool) -> str:
 
 
 def precision_label(recipe: Recipe) -> str:
-    """`float32` or `float32 weights, bf16 matmuls`: what the run header says about precision."""
+    """`float32`, `float32 weights, bf16 matmuls` or (LoRA) `float32 adapters, bf16 matmuls and frozen weights`: what
+    the run header says about precision."""
     import torch
 
     mixed = mixed_precision_here(recipe, on_cpu=not torch.cuda.is_available())
     if mixed in ("no", BY_WEIGHTS.get(recipe.model.dtype)):
         return recipe.model.dtype
+    if recipe.lora is not None and recipe.quantization is None:  # grpo_cli/train/frozen_weights.py
+        return f"{recipe.model.dtype} adapters, {mixed} matmuls and frozen weights"
     return f"{recipe.model.dtype} weights, {mixed} matmuls"

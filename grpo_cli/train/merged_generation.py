@@ -10,6 +10,9 @@ back up to float rounding (half a unit in the last place per step). TRL does the
 LoRA model into vLLM. Quantized (QLoRA) bases and sharded models (FSDP, ZeRO-3) are left alone: merging would
 dequantize or need the whole weight on one process.
 
+Under bf16/fp16 autocast the frozen weights are stored in that dtype instead and generation runs under autocast,
+unmerged (grpo_cli/train/frozen_weights.py); this merge is for float32 runs.
+
 benchmarks/generation_in_training.py measures it against TRL's own path and `grpo eval`'s engine.
 """
 

@@ -44,7 +44,7 @@ def build_trainer(recipe: Recipe, run_dir: Path, callbacks: list | None = None, 
 
     from grpo_cli import data, models
     from grpo_cli.recipe.grpo_config import grpo_config_kwargs
-    from grpo_cli.train import merged_generation, zero_variance
+    from grpo_cli.train import frozen_weights, merged_generation, zero_variance
 
     quiet_libraries()
     tokenizer = models.load_tokenizer(recipe)
@@ -58,7 +58,8 @@ def build_trainer(recipe: Recipe, run_dir: Path, callbacks: list | None = None, 
     from grpo_cli.recipe.precision import mixed_precision_here
 
     on_cpu = not torch.cuda.is_available()
-    config = GRPOConfig(**grpo_config_kwargs(recipe, run_dir, on_cpu=on_cpu, mixed=mixed_precision_here(recipe, on_cpu)))
+    mixed = mixed_precision_here(recipe, on_cpu)
+    config = GRPOConfig(**grpo_config_kwargs(recipe, run_dir, on_cpu=on_cpu, mixed=mixed))
     trainer_class = GRPOTrainer
     if recipe.grpo.zero_variance_groups != "keep":
         zero_variance.check_seams()
@@ -73,7 +74,8 @@ def build_trainer(recipe: Recipe, run_dir: Path, callbacks: list | None = None, 
         callbacks=callbacks,
     )
     trainer.zero_variance_mode, trainer.zero_variance_rounds = recipe.grpo.zero_variance_groups, recipe.grpo.zero_variance_rounds
-    merged_generation.install(trainer)
+    if frozen_weights.narrow(trainer, mixed) is None:  # else: generation under autocast, the adapter unmerged
+        merged_generation.install(trainer)
     # Our progress display and metrics file replace the Trainer's raw dict printing.
     trainer.remove_callback(PrinterCallback)
     return trainer, prepared

@@ -1,0 +1,55 @@
+"""A LoRA run under bf16 (or fp16) autocast keeps its frozen Linear weights in that dtype, cast once at start.
+
+Autocast multiplies every Linear in bfloat16: a float32 weight is cast again at each call (the forward, the
+recompute under gradient checkpointing, the reference forward) and the copy is kept for the backward. A frozen
+weight never changes, so casting it once gives the very same products (autocast would cast it to the same values)
+with half the memory for it and none of the copies. Trainable weights (the adapters), norms, embeddings and the
+output layer are left as they are. Generation then runs under the same autocast with the adapter unmerged (merging
+into bfloat16 weights would round small updates away); TRL still computes every log-prob and the loss itself.
+
+Not for full fine-tuning (the weights train), quantized bases, or sharded models (FSDP, ZeRO-3).
+"""
+
+from __future__ import annotations
+
+from grpo_cli.train.phases import trl_seam
+
+SEAM = "_generate_single_turn"  # GRPOTrainer's private call of the generation backend (trl 1.x)
+AUTOCAST_DTYPES = {"bf16": "bfloat16", "fp16": "float16"}
+
+
+def frozen_linears(model) -> list:
+    """Decoder Linear layers whose weights do not train (the bases of LoRA layers, and any Linear left out)."""
+    import torch
+
+    output = model.get_output_embeddings()
+    return [module for module in model.modules() if isinstance(module, torch.nn.Linear) and module is not output
+            and not module.weight.requires_grad]
+
+
+def narrow(trainer, mixed: str) -> str | None:
+    """Cast the frozen Linear weights to the autocast dtype and generate under autocast; the dtype, or None when
+    the run is not one this applies to (nothing is changed then)."""
+    import torch
+    from trl.distributed import DistributedBackend
+
+    model = trainer.accelerator.unwrap_model(trainer.model)
+    name = AUTOCAST_DTYPES.get(mixed)
+    if name is None or not hasattr(model, "peft_config") or getattr(model, "is_loaded_in_4bit", False) \
+            or getattr(model, "is_loaded_in_8bit", False) or getattr(trainer, "use_vllm", False):
+        return None
+    backend = DistributedBackend(trainer.accelerator)
+    if backend.is_zero3 or backend.is_fsdp:
+        return None
+    dtype = getattr(torch, name)
+    for module in frozen_linears(model):
+        module.to(dtype)
+    original = trl_seam(trainer, SEAM, "wraps to generate under autocast")
+    device_type = next(model.parameters()).device.type
+
+    def generate_under_autocast(*args, **kwargs):
+        with torch.autocast(device_type, dtype=dtype):
+            return original(*args, **kwargs)
+
+    setattr(trainer, SEAM, generate_under_autocast)
+    return name
