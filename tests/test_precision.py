@@ -120,6 +120,8 @@ def test_eval_generates_in_the_training_precision_with_the_adapter_unmerged(tmp_
     recipe, bf16_model, bf16 = logits("bf16")
     assert next(bf16_model.parameters()).dtype == torch.bfloat16
     assert any("lora_A" in name for name, _ in bf16_model.named_parameters())  # unmerged
+    inv_freq = [b for name, b in bf16_model.named_buffers() if name.endswith("inv_freq")]
+    assert inv_freq and all(b.dtype == torch.float32 for b in inv_freq)  # as a base model loaded in bfloat16 has them
     assert settings_of(recipe, target, "bfloat16")["compute_dtype"] == "bfloat16"
     _, fp32_model, fp32 = logits("no")
     assert next(fp32_model.parameters()).dtype == torch.float32

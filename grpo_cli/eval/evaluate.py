@@ -156,8 +156,10 @@ def _generator(recipe: Recipe, target: Target, budget: int):
         model = PeftModel.from_pretrained(model, target.adapter)
         if narrower:
             # Merged into bfloat16 weights, a LoRA update (often below their rounding step) would be rounded away;
-            # unmerged, it is computed on its own and added to the layer's output.
-            model = model.to(getattr(torch, dtype))
+            # unmerged, it is computed on its own and added to the layer's output. Parameters only: buffers such as
+            # the rotary frequencies stay as loading made them, as for the base model.
+            for parameter in model.parameters():
+                parameter.data = parameter.data.to(getattr(torch, dtype))
         elif recipe.quantization is None:
             model = model.merge_and_unload()  # one plain model generates faster than base + adapter
     if torch.cuda.is_available() and recipe.quantization is None:
