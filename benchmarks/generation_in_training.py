@@ -2,10 +2,14 @@
 
 Builds the recipe's real GRPOTrainer (LoRA attached, train mode, as in a step) and times TRL's generation call,
 `trainer._generate`, on the first step's prompts (each repeated num_generations times, as TRL's sampler does):
-- "TRL, adapter unmerged": TRL's own path;
-- "TRL, adapter merged": the same call with grpo's merge around it (grpo_cli/train/merged_generation.py);
-then `grpo eval`'s engine (greedy continuous batching, ContinuousGenerator) on as many distinct prompts of the
-same data as the batch holds, at that batch size. Tokens/s counts generated tokens (EOS included) per second.
+- float32 runs (`model.mixed_precision=no`, or a CPU without bf16):
+  "TRL, adapter unmerged": TRL's own path; "TRL, adapter merged": the same call with grpo's merge around it
+  (grpo_cli/train/merged_generation.py);
+- LoRA runs under bf16 autocast: "grpo: autocast, frozen weights bf16": what `grpo train` runs
+  (grpo_cli/train/frozen_weights.py);
+then `grpo eval`'s engine (greedy continuous batching, ContinuousGenerator, in the precision `grpo eval` uses: the
+weights cast to bfloat16 under bf16) on as many distinct prompts of the same data as the batch holds, at that batch
+size. Tokens/s counts generated tokens (EOS included) per second.
 The variants run alternately, `--rounds` times; the median is reported.
 
     python benchmarks/generation_in_training.py [RECIPE] [key=value ...] [--rounds 3]
@@ -45,10 +49,7 @@ def main() -> None:
     from grpo_cli.train import merged_generation
     from grpo_cli.train.trainer import build_trainer
 
-    # The float32 path, where grpo merges the adapter for generation. Under bf16/fp16 autocast a LoRA run keeps its
-    # frozen weights in bfloat16 and generates unmerged under autocast (grpo_cli/train/frozen_weights.py); that
-    # path is timed as a whole by benchmarks/train_overhead.py.
-    recipe = load_recipe(Path(args.recipe), ["model.mixed_precision=no", *args.overrides])
+    recipe = load_recipe(Path(args.recipe), args.overrides)
     batch = recipe.generation_batch_per_process
     groups = batch // recipe.grpo.num_generations
     with tempfile.TemporaryDirectory() as tmp:
@@ -62,20 +63,29 @@ def main() -> None:
         completion_ids = trainer._generate(prompts)[1]
         return sum(len(ids) for ids in completion_ids)
 
-    merged = trainer._generate_single_turn  # build_trainer installed the merge around it
+    installed = trainer._generate_single_turn  # build_trainer wrapped it: merge (float32) or autocast (bf16)
     unmerged = types.MethodType(type(trainer)._generate_single_turn, trainer)  # TRL's own method
-    assert merged_generation.can_merge(trainer) and merged != unmerged
+    model = trainer.accelerator.unwrap_model(trainer.model)
+    narrowed = any(p.dtype != torch.float32 for p in model.parameters() if not p.requires_grad)
+    assert installed != unmerged and (narrowed or merged_generation.can_merge(trainer))
 
     def trl_unmerged() -> int:
         trainer._generate_single_turn = unmerged
         return trl_generate()
 
-    def trl_merged() -> int:
-        trainer._generate_single_turn = merged
+    def grpo_path() -> int:
+        trainer._generate_single_turn = installed
         return trl_generate()
 
-    base = trainer.accelerator.unwrap_model(trainer.model).get_base_model()  # LoRA B starts at 0: the base model
     texts = [tokenizer.apply_chat_template(row["prompt"], add_generation_prompt=True, tokenize=False) for row in rows]
+    if narrowed:  # grpo eval casts the whole model once (grpo_cli/eval/evaluate.py); LoRA B starts at 0: the base
+        from grpo_cli.eval.evaluate import compute_dtype
+        from grpo_cli.models import load_model
+
+        dtype = compute_dtype(recipe)
+        base = load_model(recipe.model_copy(update={"model": recipe.model.model_copy(update={"dtype": dtype})}))
+    else:
+        base = model.get_base_model()
     engine = ContinuousGenerator(base, tokenizer, recipe.grpo.max_completion_length, [])
 
     def eval_engine() -> int:
@@ -86,8 +96,11 @@ def main() -> None:
         finally:
             base.train()
 
-    variants = {"TRL, adapter unmerged": trl_unmerged, "TRL, adapter merged": trl_merged,
-                "grpo eval engine (greedy)": eval_engine}
+    if narrowed:
+        variants = {"grpo: autocast, frozen bf16": grpo_path, "grpo eval engine (greedy)": eval_engine}
+    else:
+        variants = {"TRL, adapter unmerged": trl_unmerged, "TRL, adapter merged": grpo_path,
+                    "grpo eval engine (greedy)": eval_engine}
     speeds: dict[str, list[float]] = {name: [] for name in variants}
     for round_ in range(args.rounds):
         for name, call in variants.items():
@@ -98,7 +111,8 @@ def main() -> None:
                   flush=True)
 
     print(f"\n{recipe.model.name}, batch {batch} ({groups} prompts x {recipe.grpo.num_generations}), budget "
-          f"{recipe.grpo.max_completion_length} tokens, {recipe.model.dtype}, {torch.get_num_threads()} threads, "
+          f"{recipe.grpo.max_completion_length} tokens, {'bf16 autocast' if narrowed else recipe.model.dtype}, "
+          f"{torch.get_num_threads()} threads, "
           f"median of {args.rounds}")
     reference = statistics.median(speeds["grpo eval engine (greedy)"])
     for name, values in speeds.items():

@@ -97,6 +97,32 @@ def test_frozen_weights_cast_once_give_the_products_autocast_gives():
     assert torch.equal(before, logits())
 
 
+def test_lean_lora_computes_what_peft_computes():
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    from grpo_cli.models import lean_lora
+
+    config = AutoConfig.for_model("llama", hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                                  num_attention_heads=4, num_key_value_heads=2, vocab_size=256)
+    torch.manual_seed(0)
+    model = get_peft_model(AutoModelForCausalLM.from_config(config),
+                           LoraConfig(r=4, lora_alpha=16, target_modules="all-linear", init_lora_weights=False))
+    ids = torch.randint(0, 256, (2, 12))
+    with torch.no_grad():
+        peft = model(input_ids=ids).logits
+        restore = lean_lora(model, torch.float32)
+        patched = [m for m in model.modules() if "forward" in vars(m)]
+        lean = model(input_ids=ids).logits
+        restore()
+    assert len(patched) == 2 * 7
+    assert torch.allclose(peft, lean, atol=1e-5)
+    assert not any("forward" in vars(m) for m in model.modules())  # PEFT's own forward again
+    with model.disable_adapter(), torch.no_grad():
+        plain = model(input_ids=ids).logits
+    assert (plain - lean).abs().max() > 1e-2  # the adapter was in the lean forward
+
+
 def test_eval_generates_in_the_training_precision_with_the_adapter_unmerged(tmp_path, tiny_llama):
     """bf16 evaluation casts the weights once and keeps a LoRA adapter beside them: merged into bfloat16 weights,
     an update smaller than their rounding step would vanish."""

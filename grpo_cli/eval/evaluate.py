@@ -138,7 +138,7 @@ def _generator(recipe: Recipe, target: Target, budget: int):
     from grpo_cli.eval.generation import (
         ContinuousGenerator, HFGenerator, VLLMGenerator, supports_continuous_batching, vllm_available,
     )
-    from grpo_cli.models import load_model, load_tokenizer, resolve_model_path
+    from grpo_cli.models import lean_lora, load_model, load_tokenizer, resolve_model_path
     from grpo_cli.quiet import quiet_libraries
 
     quiet_libraries()
@@ -160,6 +160,7 @@ def _generator(recipe: Recipe, target: Target, budget: int):
             # the rotary frequencies stay as loading made them, as for the base model.
             for parameter in model.parameters():
                 parameter.data = parameter.data.to(getattr(torch, dtype))
+            lean_lora(model, getattr(torch, dtype))  # for the whole evaluation: nothing changes the adapter
         elif recipe.quantization is None:
             model = model.merge_and_unload()  # one plain model generates faster than base + adapter
     if torch.cuda.is_available() and recipe.quantization is None:

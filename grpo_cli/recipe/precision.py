@@ -56,7 +56,7 @@ def mixed_precision_here(recipe: Recipe, on_cpu: bool) -> str:
 def inference_dtype(recipe: Recipe, on_cpu: bool) -> str:
     """The dtype evaluation generates in: the one training multiplies in. Without gradients nothing needs float32
     master weights, so the weights themselves are cast once (autocast would cast every weight again at every decode
-    step). Qwen2.5-Coder-0.5B at batch 16 on this CPU: 98 against 40 tokens/s in float32 (benchmarks/eval_precision.txt)."""
+    step). Qwen2.5-Coder-0.5B at batch 16 on this CPU: 100 against 39 tokens/s in float32 (benchmarks/eval_precision.txt)."""
     mixed = mixed_precision_here(recipe, on_cpu)
     return {"bf16": "bfloat16", "fp16": "float16"}.get(mixed, recipe.model.dtype)
 
