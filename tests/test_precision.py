@@ -122,6 +122,13 @@ def test_lean_lora_computes_what_peft_computes():
         plain = model(input_ids=ids).logits
     assert (plain - lean).abs().max() > 1e-2  # the adapter was in the lean forward
 
+    dropped = get_peft_model(AutoModelForCausalLM.from_config(config),
+                             LoraConfig(r=4, lora_dropout=0.1, target_modules="all-linear"))
+    lean_lora(dropped.train(), torch.float32)  # dropout acts in training: PEFT's forward stays
+    assert not any("forward" in vars(m) for m in dropped.modules())
+    lean_lora(dropped.eval(), torch.float32)  # in evaluation it does nothing: lean
+    assert sum("forward" in vars(m) for m in dropped.modules()) == 2 * 7
+
 
 def test_eval_generates_in_the_training_precision_with_the_adapter_unmerged(tmp_path, tiny_llama):
     """bf16 evaluation casts the weights once and keeps a LoRA adapter beside them: merged into bfloat16 weights,
