@@ -10,7 +10,8 @@ Builds the recipe's real GRPOTrainer (LoRA attached, train mode, as in a step) a
 then `grpo eval`'s engine (greedy continuous batching, ContinuousGenerator, in the precision `grpo eval` uses: the
 weights cast to bfloat16 under bf16) on as many distinct prompts of the same data as the batch holds, at that batch
 size. Tokens/s counts generated tokens (EOS included) per second.
-The variants run alternately, `--rounds` times; the median is reported.
+The variants run alternately, `--rounds` times; the median is reported. Like `grpo train` and `grpo eval` on a
+CPU, the script runs with mimalloc preloaded (it re-executes itself once).
 
     python benchmarks/generation_in_training.py [RECIPE] [key=value ...] [--rounds 3]
 """
@@ -36,6 +37,13 @@ def timed(call) -> tuple[int, float]:
 
 
 def main() -> None:
+    import os
+
+    from grpo_cli.cpu_memory import preload_env
+
+    env = preload_env()  # run as `grpo train` does on a CPU: with mimalloc preloaded (one re-execution)
+    if env is not None:
+        os.execve(sys.executable, [sys.executable, __file__, *sys.argv[1:]], {**os.environ, **env})
     parser = argparse.ArgumentParser()
     parser.add_argument("recipe", nargs="?", default=str(ROOT / "recipes" / "demo.yaml"))
     parser.add_argument("overrides", nargs="*")

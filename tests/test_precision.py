@@ -66,6 +66,8 @@ def test_bf16_autocast_over_float32_weights_trains(tmp_path, tiny_llama):
     assert trainable and all(p.dtype == torch.float32 for p in trainable)  # the adapters train in float32
     assert layer.weight.dtype == torch.bfloat16  # a frozen base, cast once
     assert model.get_input_embeddings().weight.dtype == torch.float32
+    optimized = {id(p) for group in trainer.optimizer.param_groups for p in group["params"]}
+    assert optimized == {id(p) for p in trainable}  # the optimizer still holds the model's own parameters
     assert any(h.get("kl", 0) > 0 for h in trainer.state.log_history)  # the reference forward ran
     assert all(math.isfinite(h["loss"]) for h in trainer.state.log_history if "loss" in h)
     assert any(not torch.equal(before[n], p) for n, p in model.named_parameters() if p.requires_grad)
