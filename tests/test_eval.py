@@ -13,7 +13,7 @@ from conftest import write_recipe
 from rewards.answers import LM_EVAL_FLEXIBLE, LM_EVAL_STRICT, lm_eval_exact_match, regex_filter
 from grpo_cli.cli import app
 from grpo_cli.eval.problems import Problem, lm_eval_prompts
-from grpo_cli.eval.scoring import score
+from grpo_cli.eval.scoring import score, summarize
 from grpo_cli.eval.generation import cut_at_stops, length_sorted_batches
 from grpo_cli.eval.stats import paired_difference, wilson_interval
 
@@ -86,6 +86,18 @@ def test_chat_protocol_with_hashes_marker(completion, strict, flexible):
     assert result["extracted"] == {"strict-match": strict, "flexible-extract": flexible}
     assert result["formatted"] == (strict is not None)
     assert result["correct"]["strict-match"] == (strict == "1234")
+
+
+def test_summary_reports_format_length_and_the_share_cut_at_the_budget():
+    def record(tokens, formatted):
+        return {"correct": {"strict-match": formatted, "flexible-extract": True}, "formatted": formatted,
+                "new_tokens": tokens}
+
+    records = [record(512, False), record(100, True), record(511, True), record(300, False)]
+    summary = summarize(records, wall_s=2.0, new_problems=4, new_tokens=1423, budget=512)
+    assert summary["cut_rate"] == 0.25  # only the row that reached the budget; 511 ended by itself
+    assert summary["format_rate"] == 0.5 and summary["mean_new_tokens"] == 1423 / 4
+    assert summary["filters"]["strict-match"]["correct"] == 2 and summary["session"]["problems_per_s"] == 2.0
 
 
 def test_wilson_interval_values():
@@ -238,6 +250,10 @@ def test_compare_base_and_trained_lora_run(tmp_path, tiny_llama):
         [r["question"] for r in sorted(after, key=lambda r: r["index"])]  # the same problems for both
     settings = json.loads((root / "trained" / "settings.json").read_text())
     assert settings["adapter"] == str(run_dir / "final")
+    for label, records in (("base", base), ("trained", after)):
+        behaviour = comparison[label + "_behaviour"]
+        assert behaviour["cut_rate"] == sum(r["new_tokens"] >= 6 for r in records) / 4
+        assert behaviour["mean_new_tokens"] == sum(r["new_tokens"] for r in records) / 4
     for name, f in comparison["filters"].items():
         changed = sum(bool(a["correct"][name]) != bool(b["correct"][name]) for a, b in
                       zip(sorted(base, key=lambda r: r["index"]), sorted(after, key=lambda r: r["index"])))

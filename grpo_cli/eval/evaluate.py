@@ -105,8 +105,9 @@ def evaluate(recipe: Recipe, target: Target, output: Path, display=None) -> Eval
             display.stop()
     scored = [store.records[p.index] for p in problems]
     summary = {"target": target.label, "model": target.model, "adapter": target.adapter, "protocol": ev.protocol,
+               "max_new_tokens": max_new_tokens(ev),
                "data": {"source": ev.source, "split": ev.split, "limit": ev.limit, "unscorable": unscorable},
-               **summarize(scored, wall, len(todo), new_tokens)}
+               **summarize(scored, wall, len(todo), new_tokens, max_new_tokens(ev))}
     if not todo:  # nothing generated now (a finished evaluation reused): keep the last generating session's timing
         summary["session"] = _previous_session(output) or summary["session"]
     (output / SUMMARY).write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
@@ -217,6 +218,14 @@ def compare(base: EvalResult, trained: EvalResult, output: Path) -> dict[str, An
         result["filters"][name] = {"base": sum(before) / len(common) if common else 0.0,
                                    "trained": sum(after) / len(common) if common else 0.0,
                                    **paired_difference(before, after)}
+    for label, side in (("base", base), ("trained", trained)):
+        records = [side.records[i] for i in common]
+        budget = side.summary.get("max_new_tokens")
+        result[label + "_behaviour"] = {
+            "format_rate": sum(bool(r["formatted"]) for r in records) / len(common) if common else 0.0,
+            "mean_new_tokens": sum(r["new_tokens"] for r in records) / len(common) if common else 0.0,
+            **({"cut_rate": sum(r["new_tokens"] >= budget for r in records) / len(common) if common else 0.0}
+               if budget else {})}
     output.mkdir(parents=True, exist_ok=True)
     (output / COMPARISON).write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
     return result

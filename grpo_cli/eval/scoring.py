@@ -31,7 +31,11 @@ def score(protocol: str, completion: str, problem: Problem, marker: str = "tag")
     return {"extracted": extracted, "correct": correct, "formatted": formatted}
 
 
-def summarize(records: list[dict[str, Any]], wall_s: float, new_problems: int, new_tokens: int) -> dict[str, Any]:
+def summarize(records: list[dict[str, Any]], wall_s: float, new_problems: int, new_tokens: int,
+              budget: int) -> dict[str, Any]:
+    """Accuracy per filter with its interval, how often the format was followed, completion length and the share cut
+    at the token budget (the engines stop a row at end-of-sequence without counting it, so reaching the budget means
+    the model was still writing)."""
     n = len(records)
     filters = {}
     for name in FILTERS:
@@ -43,6 +47,7 @@ def summarize(records: list[dict[str, Any]], wall_s: float, new_problems: int, n
         "filters": filters,
         "format_rate": sum(bool(r["formatted"]) for r in records) / n if n else 0.0,
         "mean_new_tokens": sum(r["new_tokens"] for r in records) / n if n else 0.0,
+        "cut_rate": sum(r["new_tokens"] >= budget for r in records) / n if n else 0.0,
         # Throughput of this invocation's generation only (a resumed run does not count earlier sessions).
         "session": {"problems": new_problems, "generated_tokens": new_tokens, "wall_s": round(wall_s, 3),
                     "problems_per_s": new_problems / wall_s if wall_s > 0 else None,

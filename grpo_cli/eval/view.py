@@ -67,7 +67,8 @@ def summary_table(summary: dict[str, Any]) -> Table:
         table.add_row(name, _pct(f["accuracy"]), f"{_pct(f['ci95'][0])} - {_pct(f['ci95'][1])}",
                       f"{f['correct']}/{summary['problems']}")
     session = summary["session"]
-    table.caption = f"format rate {_pct(summary['format_rate'])}   mean completion {summary['mean_new_tokens']:.0f} tokens"
+    table.caption = (f"format rate {_pct(summary['format_rate'])}   mean completion {summary['mean_new_tokens']:.0f} tokens"
+                     f"   cut at the {summary['max_new_tokens']}-token budget {_pct(summary['cut_rate'])}")
     if session["problems"]:
         table.caption += (f"   this run: {session['problems']} problems in {session['wall_s']:.0f}s, "
                           f"{session['problems_per_s']:.2f} problems/s, {session['tokens_per_s']:.1f} tokens/s")
