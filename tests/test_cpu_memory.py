@@ -8,6 +8,7 @@ import os
 import subprocess
 import sys
 
+import pytest
 from typer.testing import CliRunner
 
 from conftest import ROOT, write_recipe
@@ -80,3 +81,39 @@ def test_in_a_log_each_phase_change_is_a_line_and_repeats_wait_30_seconds():
     assert out.getvalue().splitlines() == ["  step 1/3: generating 16 completions: token 1/320",
                                            "  step 1/3: generated in 90 s; training micro-batch 1/2",
                                            "  step 1/3: training micro-batch 2/2"]
+
+
+LEAN_PROBE = """
+import sys
+from grpo_cli import lean_imports
+from grpo_cli.recipe.validation import load_recipe
+lean_imports.enable()
+marked = lean_imports.skip_unused_bitsandbytes(load_recipe(sys.argv[1], sys.argv[2:]))
+import peft, trl
+from transformers.utils import is_bitsandbytes_available
+print(marked, is_bitsandbytes_available(), "bitsandbytes.nn" in sys.modules)
+"""
+
+
+def test_a_run_that_does_not_quantize_leaves_bitsandbytes_unimported():
+    pytest.importorskip("bitsandbytes")
+    demo = str(ROOT / "recipes" / "demo.yaml")
+
+    def probe(*overrides):
+        done = subprocess.run([sys.executable, "-c", LEAN_PROBE, demo, *overrides], capture_output=True, text=True,
+                              cwd=ROOT, timeout=300)
+        assert done.returncode == 0, done.stderr
+        return done.stdout.split()
+
+    assert probe() == ["True", "False", "False"]
+    assert probe("quantization.bits=4") == ["False", "True", "True"]  # QLoRA needs it: left alone
+    assert probe("training.optim=paged_adamw_8bit") == ["False", "True", "True"]
+
+
+def test_lean_imports_never_act_inside_a_process_that_did_not_ask():
+    from grpo_cli import lean_imports
+    from grpo_cli.recipe.validation import load_recipe
+
+    assert not lean_imports._enabled  # only the console script enables it; tests and users' Python keep bitsandbytes
+    assert not lean_imports.skip_unused_bitsandbytes(load_recipe(ROOT / "recipes" / "demo.yaml"))
+    assert sys.modules.get("bitsandbytes", "absent") is not None

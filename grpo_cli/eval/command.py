@@ -11,6 +11,7 @@ from typing import Any
 from grpo_cli.errors import UserError
 from grpo_cli.eval import evaluate as ev
 from grpo_cli.eval.store import COMPARISON, OWN_FILES, SETTINGS, refuse_foreign
+from grpo_cli.lean_imports import skip_unused_bitsandbytes
 from grpo_cli.recipe.schema import Recipe
 from grpo_cli.train.run_dir import RECIPE_FILE, is_checkpoint
 
@@ -37,6 +38,7 @@ class EvalOutcome:
 def run_eval(request: EvalRequest, display=None) -> EvalOutcome:
     """Check everything that needs no model first, then evaluate; the run's model card is refreshed after."""
     recipe = _load(request)
+    skip_unused_bitsandbytes(recipe)
     base = ev.Target("base" if request.adapter is None else "adapter", recipe.model.name,
                      str(request.adapter) if request.adapter else None)
     run_dir = request.compare_run or request.run
