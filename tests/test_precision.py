@@ -99,6 +99,36 @@ def test_frozen_weights_cast_once_give_the_products_autocast_gives():
     assert torch.equal(before, logits())
 
 
+def test_a_bf16_checkpoint_keeps_its_frozen_linears_as_stored(tmp_path, tiny_llama):
+    """Loaded for a LoRA run under bf16 autocast, a bfloat16 checkpoint's Linear weights stay as stored and the rest
+    is widened: the same values as loading all in float32 and casting the Linears (what `narrow` does)."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from grpo_cli.models import load_model
+    from grpo_cli.train.frozen_weights import frozen_linears
+
+    stored = tmp_path / "bf16-checkpoint"
+    AutoModelForCausalLM.from_pretrained(tiny_llama, dtype=torch.bfloat16).save_pretrained(stored)
+    AutoTokenizer.from_pretrained(tiny_llama).save_pretrained(stored)
+    recipe = load_recipe(write_recipe(tmp_path, stored, lora={"r": 4}), ["model.mixed_precision=bf16"])
+    kept = load_model(recipe, "bfloat16")
+    reference = load_model(recipe).requires_grad_(False)  # as under PEFT: the base is frozen
+    for module in frozen_linears(reference):
+        module.to(torch.bfloat16)
+    assert dict(kept.named_parameters()).keys() == dict(reference.named_parameters()).keys()
+    for (name, a), b in zip(kept.named_parameters(), reference.parameters()):
+        assert a.dtype == b.dtype and torch.equal(a, b), name
+    assert kept.get_input_embeddings().weight.dtype == torch.float32 and kept.config.dtype == torch.float32
+    from grpo_cli.train.trainer import build_trainer
+
+    recipe.output_dir.mkdir(parents=True)
+    trainer, _ = build_trainer(recipe, recipe.output_dir)  # through TRL and PEFT: the adapters are float32
+    trainable = [p for p in trainer.model.parameters() if p.requires_grad]
+    assert trainable and all(p.dtype == torch.float32 for p in trainable)
+    float32_checkpoint = load_model(load_recipe(write_recipe(tmp_path, tiny_llama, lora={"r": 4})), "bfloat16")
+    assert all(p.dtype == torch.float32 for p in float32_checkpoint.parameters())  # not stored in bf16: all widened
+
+
 def test_lean_lora_computes_what_peft_computes():
     from peft import LoraConfig, get_peft_model
     from transformers import AutoConfig, AutoModelForCausalLM

@@ -27,6 +27,16 @@ def frozen_linears(model) -> list:
             and not module.weight.requires_grad]
 
 
+def planned_dtype(recipe, mixed: str) -> str | None:
+    """The dtype `narrow` will give the frozen Linear weights, decided from the recipe before the model loads (so
+    load_model can keep them as a checkpoint stores them); None when it will not apply."""
+    if recipe.lora is None or recipe.quantization is not None or recipe.model.dtype != "float32" \
+            or recipe.grpo.use_vllm or recipe.distributed.strategy in ("zero3", "fsdp") \
+            or recipe.distributed.accelerate_config:  # a user's own config may shard
+        return None
+    return AUTOCAST_DTYPES.get(mixed)
+
+
 def narrow(trainer, mixed: str) -> str | None:
     """Cast the frozen Linear weights to the autocast dtype and generate under autocast; the dtype, or None when
     the run is not one this applies to (nothing is changed then)."""

@@ -52,15 +52,15 @@ def build_trainer(recipe: Recipe, run_dir: Path, callbacks: list | None = None, 
     tokenizer = models.load_tokenizer(recipe)
     prepared = data.prepare(recipe.data, tokenizer, seed=recipe.training.seed)
     prepared.check_enough(recipe)  # before the model loads: too few usable rows for one step is refused here
-    model = models.load_model(recipe)
-    if reward_funcs is None:
-        reward_funcs = guarded_rewards(recipe)
     import torch
 
     from grpo_cli.recipe.precision import mixed_precision_here
 
     on_cpu = not torch.cuda.is_available()
     mixed = mixed_precision_here(recipe, on_cpu)
+    model = models.load_model(recipe, frozen_weights.planned_dtype(recipe, mixed))
+    if reward_funcs is None:
+        reward_funcs = guarded_rewards(recipe)
     config = GRPOConfig(**grpo_config_kwargs(recipe, run_dir, on_cpu=on_cpu, mixed=mixed))
     trainer_class = GRPOTrainer
     if recipe.grpo.zero_variance_groups != "keep":
