@@ -77,12 +77,12 @@ if allocator.startswith("trim"):  # give freed heap pages back at each phase bou
         finally:
             libc.malloc_trim(0)
     GRPOTrainer._generate_and_score_completions = trimmed
-from grpo_cli import lean_imports
+from grpo_cli import cpu_memory
 from grpo_cli.recipe.validation import load_recipe
 recipe = load_recipe(sys.argv[1], json.loads(sys.argv[2]), scope="preflight")
 if allocator == "tool":  # as the grpo command runs: bitsandbytes left out when the recipe does not use it
-    lean_imports.enable()
-    lean_imports.skip_unused_bitsandbytes(recipe)
+    cpu_memory._lean_imports = True
+    cpu_memory.skip_unused_bitsandbytes(recipe)
 from grpo_cli.quiet import quiet_libraries
 from grpo_cli.preflight.measure import measure_steps
 quiet_libraries()

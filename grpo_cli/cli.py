@@ -38,11 +38,9 @@ def entry() -> None:
     mimalloc (grpo_cli/cpu_memory.py), then the Typer app."""
     import sys
 
-    from grpo_cli import lean_imports
-    from grpo_cli.cpu_memory import reexec_with_mimalloc
+    from grpo_cli.cpu_memory import prepare_process
 
-    reexec_with_mimalloc(sys.argv[1:])
-    lean_imports.enable()  # a fresh process per command: it may leave bitsandbytes out (grpo_cli/lean_imports.py)
+    prepare_process(sys.argv[1:])
     app(prog_name="grpo")
 
 

@@ -85,10 +85,10 @@ def test_in_a_log_each_phase_change_is_a_line_and_repeats_wait_30_seconds():
 
 LEAN_PROBE = """
 import sys
-from grpo_cli import lean_imports
+from grpo_cli import cpu_memory
 from grpo_cli.recipe.validation import load_recipe
-lean_imports.enable()
-marked = lean_imports.skip_unused_bitsandbytes(load_recipe(sys.argv[1], sys.argv[2:]))
+cpu_memory._lean_imports = True  # as prepare_process sets it in the grpo console script
+marked = cpu_memory.skip_unused_bitsandbytes(load_recipe(sys.argv[1], sys.argv[2:]))
 import peft, trl
 from transformers.utils import is_bitsandbytes_available
 print(marked, is_bitsandbytes_available(), "bitsandbytes.nn" in sys.modules)
@@ -110,10 +110,10 @@ def test_a_run_that_does_not_quantize_leaves_bitsandbytes_unimported():
     assert probe("training.optim=paged_adamw_8bit") == ["False", "True", "True"]
 
 
-def test_lean_imports_never_act_inside_a_process_that_did_not_ask():
-    from grpo_cli import lean_imports
+def test_bitsandbytes_is_left_alone_inside_a_process_that_did_not_ask():
+    from grpo_cli import cpu_memory
     from grpo_cli.recipe.validation import load_recipe
 
-    assert not lean_imports._enabled  # only the console script enables it; tests and users' Python keep bitsandbytes
-    assert not lean_imports.skip_unused_bitsandbytes(load_recipe(ROOT / "recipes" / "demo.yaml"))
+    assert not cpu_memory._lean_imports  # only the console script sets it; tests and users' Python keep bitsandbytes
+    assert not cpu_memory.skip_unused_bitsandbytes(load_recipe(ROOT / "recipes" / "demo.yaml"))
     assert sys.modules.get("bitsandbytes", "absent") is not None

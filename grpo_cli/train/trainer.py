@@ -25,7 +25,7 @@ class TrainResult:
 def run(recipe: Recipe, resume: bool = False, echo=print) -> int:
     """`grpo train`: through `accelerate launch` when the recipe asks for several processes, else here. Exit code:
     0 finished, 130 interrupted (a checkpoint was saved when a step had finished)."""
-    from grpo_cli.lean_imports import skip_unused_bitsandbytes
+    from grpo_cli.cpu_memory import skip_unused_bitsandbytes
     from grpo_cli.train import distributed
 
     skip_unused_bitsandbytes(recipe)
