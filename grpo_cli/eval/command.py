@@ -8,10 +8,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from grpo_cli.cpu_memory import skip_unused_bitsandbytes
 from grpo_cli.errors import UserError
 from grpo_cli.eval import evaluate as ev
 from grpo_cli.eval.store import COMPARISON, OWN_FILES, SETTINGS, refuse_foreign
-from grpo_cli.cpu_memory import skip_unused_bitsandbytes
 from grpo_cli.recipe.schema import Recipe
 from grpo_cli.train.run_dir import RECIPE_FILE, is_checkpoint
 
