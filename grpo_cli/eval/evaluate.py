@@ -23,7 +23,7 @@ from typing import Any
 
 from grpo_cli.errors import UserError
 from grpo_cli.eval.problems import chat_prompts, fewshot_pool, lm_eval_prompts, load_problems
-from grpo_cli.eval.scoring import FILTERS, score, summarize
+from grpo_cli.eval.scoring import FILTERS, behaviour, score, summarize
 from grpo_cli.eval.stats import paired_difference
 from grpo_cli.eval.store import COMPARISON, SUMMARY, PredictionStore
 from grpo_cli.recipe.schema import EvalSection, Recipe
@@ -219,13 +219,7 @@ def compare(base: EvalResult, trained: EvalResult, output: Path) -> dict[str, An
                                    "trained": sum(after) / len(common) if common else 0.0,
                                    **paired_difference(before, after)}
     for label, side in (("base", base), ("trained", trained)):
-        records = [side.records[i] for i in common]
-        budget = side.summary.get("max_new_tokens")
-        result[label + "_behaviour"] = {
-            "format_rate": sum(bool(r["formatted"]) for r in records) / len(common) if common else 0.0,
-            "mean_new_tokens": sum(r["new_tokens"] for r in records) / len(common) if common else 0.0,
-            **({"cut_rate": sum(r["new_tokens"] >= budget for r in records) / len(common) if common else 0.0}
-               if budget else {})}
+        result[label + "_behaviour"] = behaviour([side.records[i] for i in common], side.summary.get("max_new_tokens"))
     output.mkdir(parents=True, exist_ok=True)
     (output / COMPARISON).write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
     return result

@@ -45,11 +45,20 @@ def summarize(records: list[dict[str, Any]], wall_s: float, new_problems: int, n
     return {
         "problems": n,
         "filters": filters,
-        "format_rate": sum(bool(r["formatted"]) for r in records) / n if n else 0.0,
-        "mean_new_tokens": sum(r["new_tokens"] for r in records) / n if n else 0.0,
-        "cut_rate": sum(r["new_tokens"] >= budget for r in records) / n if n else 0.0,
+        **behaviour(records, budget),
         # Throughput of this invocation's generation only (a resumed run does not count earlier sessions).
         "session": {"problems": new_problems, "generated_tokens": new_tokens, "wall_s": round(wall_s, 3),
                     "problems_per_s": new_problems / wall_s if wall_s > 0 else None,
                     "tokens_per_s": new_tokens / wall_s if wall_s > 0 else None},
     }
+
+
+def behaviour(records: list[dict[str, Any]], budget: int | None) -> dict[str, float]:
+    """How often the format was followed, mean completion length, and the share cut at the token budget (left out
+    when the budget is unknown, as in summaries written before it was recorded)."""
+    n = len(records)
+    result = {"format_rate": sum(bool(r["formatted"]) for r in records) / n if n else 0.0,
+              "mean_new_tokens": sum(r["new_tokens"] for r in records) / n if n else 0.0}
+    if budget:
+        result["cut_rate"] = sum(r["new_tokens"] >= budget for r in records) / n if n else 0.0
+    return result
