@@ -117,3 +117,39 @@ def test_bitsandbytes_is_left_alone_inside_a_process_that_did_not_ask():
     assert not cpu_memory._lean_imports  # only the console script sets it; tests and users' Python keep bitsandbytes
     assert not cpu_memory.skip_unused_bitsandbytes(load_recipe(ROOT / "recipes" / "demo.yaml"))
     assert sys.modules.get("bitsandbytes", "absent") is not None
+
+
+def test_narrower_head_tiles_give_the_same_log_probs_and_gradients():
+    """cpu_memory.narrow_head_tiles only changes how many vocabulary columns TRL's chunked head folds at once."""
+    import torch
+    from trl.kernels.chunked_logprob import ChunkedLogProbFunction
+
+    from grpo_cli.cpu_memory import CPU_HEAD_TILE
+
+    torch.manual_seed(0)
+    hidden = torch.randn(48, 32, dtype=torch.float64)
+    weight = torch.randn(20_000, 32, dtype=torch.float64) * 0.3  # three 8192-wide tiles, one 32768-wide
+    targets = torch.randint(0, 20_000, (48,))
+
+    def logprobs_and_grads(chunk: int):
+        h, w = hidden.clone().requires_grad_(), weight.clone().requires_grad_()
+        logprobs, entropy, *_ = ChunkedLogProbFunction.apply(h, w, None, targets, 0.7, chunk, None, 1.0, ("entropy",))
+        (logprobs.sum() + 0.1 * entropy.sum()).backward()
+        return logprobs, entropy, h.grad, w.grad
+
+    wide, narrow = logprobs_and_grads(32768), logprobs_and_grads(CPU_HEAD_TILE)
+    for a, b in zip(wide, narrow):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)  # the fold runs in float32 either way
+
+
+def test_head_tiles_are_narrowed_on_the_cpu_and_an_upgrade_without_the_setting_changes_nothing(monkeypatch):
+    import trl.trainer.utils as trl_utils
+
+    from grpo_cli.cpu_memory import CPU_HEAD_TILE, narrow_head_tiles
+    from grpo_cli.plan.memory import CPU_VOCAB_CHUNK_SIZE
+
+    assert CPU_VOCAB_CHUNK_SIZE == CPU_HEAD_TILE  # the plan's CPU head term is the width the trainer sets
+    monkeypatch.setattr(trl_utils, "_CHUNKED_LOGPROB_CHUNK_SIZE", 32768)
+    assert narrow_head_tiles() and trl_utils._CHUNKED_LOGPROB_CHUNK_SIZE == CPU_HEAD_TILE
+    monkeypatch.delattr(trl_utils, "_CHUNKED_LOGPROB_CHUNK_SIZE")
+    assert narrow_head_tiles() is False and not hasattr(trl_utils, "_CHUNKED_LOGPROB_CHUNK_SIZE")

@@ -22,23 +22,30 @@ from grpo_cli.plan.sharding import Term, per_process
 from grpo_cli.recipe.schema import Recipe
 
 GIB = 2**30
+HEAD_TERM = "logits (chunked head)"
 DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4}
 
 # trl/kernels/chunked_logprob.py: the LM head is projected in [TOKEN_CHUNK_SIZE, CHUNK] tiles.
 TOKEN_CHUNK_SIZE = 4096
 VOCAB_CHUNK_SIZE = 32768
+# On a CPU grpo narrows the tiles (cpu_memory.CPU_HEAD_TILE): the torch fold holds float32 copies of a whole tile.
+CPU_VOCAB_CHUNK_SIZE = 8192
 # Without Triton (CPU) `_forward_tile`/`_backward_tile` hold float32 tile-sized temporaries (z, p, log p,
-# the gradient and its products); with Triton (CUDA) the folds run in registers. FITTED: 7.5 tiles.
+# the gradient and its products); with Triton (CUDA) the folds run in registers. FITTED: 7.5 tiles (refitted with
+# 8192-wide tiles by benchmarks/memory_fit.py: unchanged).
 CPU_HEAD_TEMPORARIES = 7.5
 # The no-grad scoring pass (reference / old log-probs) keeps fewer: no backward temporaries.
 SCORING_TEMPORARIES = 3.0
 
-# Activation bytes per token per decoder layer, in units of w, as c_h x h + c_f x f + c_kv x kv.
-# Without checkpointing every layer keeps these for backward; with it only one layer at a time does
-# (plus the h-sized layer input of every layer). FITTED on Llama- and Qwen2-shaped models with SDPA.
-ACT_HIDDEN = 6.0
+# Activation bytes per token per decoder layer: (c_h x h + c_f x f + c_kv x kv) x w, plus c_h32 x h x 4 B that are
+# float32 whatever the weights (RMSNorm computes in float32 and keeps its input and output for the backward).
+# Without checkpointing every layer keeps these for backward; with it only one layer at a time does (plus the
+# h-sized layer input of every layer). FITTED (benchmarks/memory_fit.py, largest |error| 9.5% over 24 CPU
+# configurations) on Llama- and Qwen2-shaped models with SDPA, bf16 and float32 weights.
+ACT_HIDDEN = 5.5
 ACT_FFN = 2.0
-ACT_KV = 2.0
+ACT_KV = 1.0
+ACT_HIDDEN_FP32 = 2.0
 
 # bitsandbytes: NF4/FP4 store 0.5 byte per weight plus one float32 absmax per 64-weight block (0.0625 B);
 # double quantisation stores that absmax in 8 bits with a float32 per 256 blocks (~0.0157 B).
@@ -52,11 +59,12 @@ ADAM8_BYTES = 2 + 2 * 4 / 256
 CUDA_CONTEXT_GIB = 0.6
 ALLOCATOR_SLACK = 0.10
 # What the kernel counts for a CPU process beyond its live tensors (peak RSS): a fixed part (the Python runtime
-# with torch, transformers and TRL imported is 0.47 GiB of it; tokenizer, data and libraries' buffers the rest) and
-# the allocator's overhead in proportion to the tensors. FITTED (least squares, peak RSS against measured live
-# tensors) on benchmarks/cpu_memory.jsonl: five configurations with grpo's allocator (mimalloc), 135M and 0.5B.
-CPU_RUNTIME_GIB = 0.65
-CPU_RSS_PER_TENSOR_BYTE = 1.07
+# with torch, transformers, peft and TRL imported is 0.38-0.43 GiB of it; tokenizer, data, libraries' buffers and
+# what the allocator keeps of large freed blocks the rest) and the allocator's overhead in proportion to the tensors.
+# FITTED (benchmarks/memory_fit.py: the pair whose plan-based figure has the smallest largest error) on the six
+# configurations of benchmarks/cpu_memory.py with grpo's allocator (mimalloc), 135M and 0.5B: within 14.1%.
+CPU_RUNTIME_GIB = 0.83
+CPU_RSS_PER_TENSOR_BYTE = 1.09
 
 
 @dataclass
@@ -104,18 +112,19 @@ def memory_plan(recipe: Recipe, arch: Architecture, device: str = "cuda", gpu_by
 
     static = sum(t.bytes for t in terms if t.phase == "static")
     generation = sum(t.bytes for t in terms if t.phase == "generation")
-    # The training peak comes either at the LM head's backward (every activation still alive, no parameter
-    # gradient yet) or at the optimizer step (every gradient, activations gone), whichever is larger.
+    # The training peak comes at the LM head's backward (every activation still alive, no parameter gradient
+    # yet), with checkpointing possibly at a layer's recompute (the head's tiles freed by then), or at the optimizer
+    # step (every gradient, activations gone), whichever is largest.
     at_head_backward = sum(t.bytes for t in terms if t.phase == "training")
+    at_recompute = at_head_backward - sum(t.bytes for t in terms if t.name == HEAD_TERM) + \
+        sum(t.bytes for t in terms if t.phase == "training-recompute")
     at_optimizer_step = sum(t.bytes for t in terms if t.phase == "training-late")
-    training = max(at_head_backward, at_optimizer_step)
+    training = max(at_head_backward, at_recompute, at_optimizer_step)
     peak = static + max(generation, training)
     smi = peak * (1 + ALLOCATOR_SLACK) + CUDA_CONTEXT_GIB * GIB
     if recipe.grpo.use_vllm and gpu_bytes:
         smi += recipe.grpo.vllm_gpu_memory_utilization * gpu_bytes
     return Plan(arch, terms, static, generation, training, peak, smi, device, gpu_bytes)
-
-
 
 
 def _param_bytes(recipe: Recipe, w: int) -> int:
@@ -217,8 +226,9 @@ def _generation_terms(recipe: Recipe, arch: Architecture, device: str, w: int) -
     if recipe.grpo.beta > 0 or recipe.grpo.num_iterations > 1:
         # After sampling, TRL scores the batch without grad (reference and/or old-policy log-probs) in
         # micro-batches of B: one layer's activations and the head's tile at a time.
-        rows_s, cols_s = min(B * S, TOKEN_CHUNK_SIZE), min(V, VOCAB_CHUNK_SIZE)
-        scoring = (rows_s * VOCAB_CHUNK_SIZE * w + (rows_s * cols_s * SCORING_TEMPORARIES * 4 if device == "cpu" else 0)
+        chunk = CPU_VOCAB_CHUNK_SIZE if device == "cpu" else VOCAB_CHUNK_SIZE
+        rows_s, cols_s = min(B * S, TOKEN_CHUNK_SIZE), min(V, chunk)
+        scoring = (rows_s * chunk * w + (rows_s * cols_s * SCORING_TEMPORARIES * 4 if device == "cpu" else 0)
                    + B * S * (ACT_HIDDEN * h + ACT_FFN * f) * w / 4)
         terms.append(Term("scoring forward", scoring, "generation",
                           "reference/old log-probs after sampling: head tile" + (" + float32 temporaries" if device == "cpu" else "")))
@@ -238,16 +248,22 @@ def _training_terms(recipe: Recipe, arch: Architecture, device: str, w: int) -> 
     terms: list[Term] = []
     T = B * S
     lora = recipe.lora
-    per_token_layer = (ACT_HIDDEN * h + ACT_FFN * f + ACT_KV * arch.kv_dim) * w
+    per_token_layer = (ACT_HIDDEN * h + ACT_FFN * f + ACT_KV * arch.kv_dim) * w + ACT_HIDDEN_FP32 * h * 4
     if lora is not None:
         # PEFT casts each adapted Linear's input to the adapter dtype (float32 on a bf16/fp16 base) and autograd
-        # keeps that copy for lora_A's backward; with dropout > 0 the dropped-out input is kept as well.
+        # keeps that copy for lora_A's backward; with dropout > 0 the dropped-out input is kept as well. Under
+        # autocast lora_A casts it back, and the copy kept is the autocast dtype's (2 B; measured with saved-tensor
+        # hooks on a PEFT Linear: 2.0 B per input element under bf16 autocast, 4.0 without).
         inputs = sum(i for n, i, _ in arch.linear_shapes() if lora.target_modules == ["all-linear"] or n in lora.target_modules)
         copies = (1 if param_bytes != w else 0) + (1 if lora.dropout > 0 else 0)
-        per_token_layer += copies * inputs * param_bytes
+        per_token_layer += copies * inputs * (2 if _mixed(recipe, device) != "no" else param_bytes)
     if recipe.model.gradient_checkpointing:
-        activations = T * L * h * w + T * per_token_layer
-        act_formula = f"T {T} tokens x (L {L} x h {h} x {w} B checkpoints + one layer's {per_token_layer / 1e3:.1f} KB/token)"
+        activations = T * L * h * w
+        act_formula = f"T {T} tokens x L {L} x h {h} x {w} B layer-input checkpoints"
+        # The head's tiles are freed before the last layer is recomputed, so a recomputed layer's activations never
+        # coexist with them (measured on tiny models, where the two are of a size: the peak holds no layer's).
+        terms.append(Term("recomputed layer", T * per_token_layer, "training-recompute",
+                          f"T {T} tokens x one layer's {per_token_layer / 1e3:.1f} KB/token, after the head's backward"))
     else:
         activations = T * L * per_token_layer
         act_formula = f"T {T} tokens x L {L} x {per_token_layer / 1e3:.1f} KB/token (no checkpointing)"
@@ -259,18 +275,19 @@ def _training_terms(recipe: Recipe, arch: Architecture, device: str, w: int) -> 
         terms.append(Term("autocast weight copies", trainable * 2, "training",
                           f"P_t {trainable / 1e6:.1f}M x 2 B ({mixed} copies of float32 weights)"))
 
-    rows, cols = min(T, TOKEN_CHUNK_SIZE), min(V, VOCAB_CHUNK_SIZE)
+    chunk = CPU_VOCAB_CHUNK_SIZE if device == "cpu" else VOCAB_CHUNK_SIZE
+    rows, cols = min(T, TOKEN_CHUNK_SIZE), min(V, chunk)
     tile = rows * cols
-    # The matmul buffer is allocated [rows, VOCAB_CHUNK_SIZE] even when the vocabulary is smaller.
-    head = rows * VOCAB_CHUNK_SIZE * w + T * h * 4  # + the float32 accumulator of the hidden-state gradient
-    head_formula = f"mm buffer {rows} x {VOCAB_CHUNK_SIZE} x {w} B + float32 hidden grad"
+    # The matmul buffer is allocated [rows, chunk] even when the vocabulary is smaller.
+    head = rows * chunk * w + T * h * 4  # + the float32 accumulator of the hidden-state gradient
+    head_formula = f"mm buffer {rows} x {chunk} x {w} B + float32 hidden grad"
     if device == "cpu":
         head += CPU_HEAD_TEMPORARIES * tile * 4
         head_formula += f" + {CPU_HEAD_TEMPORARIES:g} float32 tiles of temporaries (no Triton on CPU)"
     if lora is None:
         head += V * h * (4 + w)  # float32 lm_head gradient accumulator, then its cast to the weight dtype
         head_formula += " + float32 lm_head grad"
-    terms.append(Term("logits (chunked head)", head, "training", head_formula))
+    terms.append(Term(HEAD_TERM, head, "training", head_formula))
     unchunked = 2 * w * B * S * V
     terms.append(Term("logits if unchunked", unchunked, "comparison",
                       f"2 x {w} B x B {B} x S {S} x V {V}: what an unchunked trainer would hold instead"))

@@ -58,6 +58,10 @@ def build_trainer(recipe: Recipe, run_dir: Path, callbacks: list | None = None, 
 
     on_cpu = not torch.cuda.is_available()
     mixed = mixed_precision_here(recipe, on_cpu)
+    if on_cpu:
+        from grpo_cli.cpu_memory import narrow_head_tiles
+
+        narrow_head_tiles()  # the plan's CPU head term assumes it (plan/memory.py, CPU_VOCAB_CHUNK_SIZE)
     model = models.load_model(recipe, frozen_weights.planned_dtype(recipe, mixed))
     if reward_funcs is None:
         reward_funcs = guarded_rewards(recipe)
