@@ -104,8 +104,14 @@ def main() -> None:
         finally:
             base.train()
 
+    def autocast_output_cast_per_token() -> int:  # grpo before output_layer_cast_once (frozen_weights.py)
+        trainer._generate_single_turn = unmerged
+        with torch.autocast(next(model.parameters()).device.type, dtype=torch.bfloat16):
+            return trl_generate()
+
     if narrowed:
-        variants = {"grpo: autocast, frozen bf16": grpo_path, "grpo eval engine (greedy)": eval_engine}
+        variants = {"autocast, output cast/token": autocast_output_cast_per_token,
+                    "grpo: autocast, frozen bf16": grpo_path, "grpo eval engine (greedy)": eval_engine}
     else:
         variants = {"TRL, adapter unmerged": trl_unmerged, "TRL, adapter merged": grpo_path,
                     "grpo eval engine (greedy)": eval_engine}

@@ -99,6 +99,36 @@ def test_frozen_weights_cast_once_give_the_products_autocast_gives():
     assert torch.equal(before, logits())
 
 
+def test_sampling_casts_the_frozen_output_layer_once_to_the_same_tokens():
+    """output_layer_cast_once: the same logits and sampled tokens as autocast casting the weight at every step."""
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    from grpo_cli.train.frozen_weights import output_layer_cast_once
+
+    config = AutoConfig.for_model("llama", hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                                  num_attention_heads=4, num_key_value_heads=2, vocab_size=256, tie_word_embeddings=True)
+    torch.manual_seed(0)
+    model = get_peft_model(AutoModelForCausalLM.from_config(config),
+                           LoraConfig(r=4, target_modules="all-linear", init_lora_weights=False))
+    ids = torch.randint(0, 256, (2, 12))
+    output = model.get_output_embeddings()
+
+    def sample():
+        torch.manual_seed(1)
+        with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
+            out = model.generate(input_ids=ids, do_sample=True, max_new_tokens=6, min_new_tokens=6,
+                                 output_logits=True, return_dict_in_generate=True)
+        return out.sequences, torch.stack(out.logits)
+
+    tokens, logits = sample()
+    with output_layer_cast_once(model, torch.bfloat16):
+        narrow_tokens, narrow_logits = sample()
+        assert "forward" in vars(output)  # the one-cast forward is in place while sampling
+    assert torch.equal(tokens, narrow_tokens) and torch.equal(logits, narrow_logits)
+    assert "forward" not in vars(output) and output.weight.dtype == torch.float32  # nothing left behind
+
+
 def test_a_bf16_checkpoint_keeps_its_frozen_linears_as_stored(tmp_path, tiny_llama):
     """Loaded for a LoRA run under bf16 autocast, a bfloat16 checkpoint's Linear weights stay as stored and the rest
     is widened: the same values as loading all in float32 and casting the Linears (what `narrow` does)."""

@@ -5,12 +5,15 @@ recompute under gradient checkpointing, the reference forward) and the copy is k
 weight never changes, so casting it once gives the very same products (autocast would cast it to the same values)
 with half the memory for it and none of the copies. Trainable weights (the adapters), norms, embeddings and the
 output layer are left as they are. Generation then runs under the same autocast with the adapter unmerged (merging
-into bfloat16 weights would round small updates away); TRL still computes every log-prob and the loss itself.
+into bfloat16 weights would round small updates away) and the output layer cast once per generation (below); TRL
+still computes every log-prob and the loss itself.
 
 Not for full fine-tuning (the weights train), quantized bases, or sharded models (FSDP, ZeRO-3).
 """
 
 from __future__ import annotations
+
+from contextlib import contextmanager
 
 from grpo_cli.train.phases import trl_seam
 
@@ -58,8 +61,33 @@ def narrow(trainer, mixed: str) -> str | None:
     device_type = next(model.parameters()).device.type
 
     def generate_under_autocast(*args, **kwargs):
-        with torch.autocast(device_type, dtype=dtype):
+        with torch.autocast(device_type, dtype=dtype), output_layer_cast_once(model, dtype):
             return original(*args, **kwargs)
 
     setattr(trainer, SEAM, generate_under_autocast)
     return name
+
+
+@contextmanager
+def output_layer_cast_once(model, dtype):
+    """While sampling, the frozen output layer multiplies by one copy of its weight in the autocast dtype.
+
+    Autocast caches its casts only for weights that require grad, so a frozen float32 output layer (tied to the
+    input embedding in SmolLM2 and Qwen2.5-0.5B) is cast again at every decode step: V x h floats (136M for
+    Qwen2.5-0.5B) read and written per generated token. One cast per generation gives the same bf16 values, so
+    the same logits; the copy is dropped when sampling ends (the training phase, which sets the peak, never holds
+    it)."""
+    import torch
+
+    output = model.get_output_embeddings()
+    weight = getattr(output, "weight", None)
+    if not isinstance(output, torch.nn.Linear) or weight is None or weight.requires_grad or weight.dtype == dtype:
+        yield
+        return
+    narrow_weight = weight.detach().to(dtype)
+    narrow_bias = None if output.bias is None else output.bias.detach().to(dtype)
+    output.forward = lambda hidden: torch.nn.functional.linear(hidden, narrow_weight, narrow_bias)
+    try:
+        yield
+    finally:
+        del output.forward  # the class's own forward again
