@@ -111,31 +111,41 @@ def run(config: str, allocator: str, steps: int) -> dict:
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
-def report(path: Path) -> None:
-    """`grpo plan`'s CPU figures for every configuration measured with grpo's own allocator, beside the measurement.
-
-    The plan is made for the recipe exactly as it ran (measure_steps' fixed-length prompts, full completions)."""
-    import tempfile
-
-    from grpo_cli import models
-    from grpo_cli.plan import architectures
-    from grpo_cli.plan.memory import GIB, memory_plan
-    from grpo_cli.preflight.measure import calibration_recipe
-    from grpo_cli.quiet import quiet_libraries
-    from grpo_cli.recipe.validation import load_recipe
-
-    quiet_libraries()
+def latest_tool_rows(path: Path) -> dict[str, dict]:
+    """The newest measurement of each configuration with grpo's own allocator."""
     latest = {}
     for line in path.read_text().splitlines():
         row = json.loads(line)
-        if row["allocator"] == "tool":
-            latest[row["config"]] = row  # the newest measurement of each configuration
+        if row["allocator"] == "tool" and row["config"] in CONFIGS:
+            latest[row["config"]] = row
+    return latest
+
+
+def recipe_as_ran(config: str, directory: Path):
+    """The configuration's recipe as measure_steps runs it (fixed-length prompts, full completions), and its
+    architecture: what the plan is made for."""
+    from grpo_cli import models
+    from grpo_cli.plan import architectures
+    from grpo_cli.preflight.measure import calibration_recipe
+    from grpo_cli.recipe.validation import load_recipe
+
+    recipe = load_recipe(CONFIGS[config][0], CONFIGS[config][1], scope="plan")
+    ran = calibration_recipe(recipe, models.load_tokenizer(recipe), directory)
+    return ran, architectures.resolve(ran)
+
+
+def report(path: Path) -> None:
+    """`grpo plan`'s CPU figures for every configuration measured with grpo's own allocator, beside the measurement."""
+    import tempfile
+
+    from grpo_cli.plan.memory import GIB, memory_plan
+    from grpo_cli.quiet import quiet_libraries
+
+    quiet_libraries()
     print(f"{'config':18s} {'live':>6s} {'plan':>6s} {'RSS':>6s} {'plan RSS':>8s} {'error':>6s}   (GiB)")
-    for config, row in latest.items():
-        recipe = load_recipe(CONFIGS[config][0], CONFIGS[config][1], scope="plan")
+    for config, row in latest_tool_rows(path).items():
         with tempfile.TemporaryDirectory() as tmp:
-            ran = calibration_recipe(recipe, models.load_tokenizer(recipe), Path(tmp))
-        plan = memory_plan(ran, architectures.resolve(ran), "cpu")
+            plan = memory_plan(*recipe_as_ran(config, Path(tmp)), "cpu")
         error = 100 * (plan.peak_rss - row["rss_peak"]) / row["rss_peak"]
         print(f"{config:18s} {row['live_peak'] / GIB:6.2f} {plan.peak_tensors / GIB:6.2f} {row['rss_peak'] / GIB:6.2f} "
               f"{plan.peak_rss / GIB:8.2f} {error:+5.1f}%")

@@ -18,9 +18,11 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from memory import ARCHS, CPU_MATRIX, TINY_MATRIX, recipe_dict  # noqa: E402
+from memory import ARCHS, CPU_MATRIX, TINY_MATRIX, recipe_dict
 
-import grpo_cli.plan.memory as model  # noqa: E402
+import grpo_cli.plan.memory as model
+
+CPU_MEMORY_ROWS = ROOT / "benchmarks" / "cpu_memory.jsonl"
 
 FITTED = {"ACT_HIDDEN_FP32": [0.0, 1.0, 2.0, 3.0, 4.0], "ACT_HIDDEN": [1.0, 2.0, 3.0, 3.5, 4.0, 4.5, 5.0, 5.5, 6.0, 6.5, 7.0, 8.0, 9.0, 10.0, 12.0],
           "ACT_FFN": [1.0, 1.5, 2.0, 2.5, 3.0, 3.5, 4.0, 5.0],
@@ -57,26 +59,10 @@ def cases(directory: Path) -> list[tuple[str, object, object, float]]:
 def real_model_cases(directory: Path) -> list[tuple[str, object, object, float]]:
     """The newest live-tensor peak of each configuration of benchmarks/cpu_memory.py (grpo's allocator): the demo's
     SmolLM2-135M and Qwen2.5-Coder-0.5B as users run them, float32 weights under bf16 autocast where the CPU has it."""
-    import json
+    from cpu_memory import latest_tool_rows, recipe_as_ran
 
-    from cpu_memory import CONFIGS
-
-    from grpo_cli import models
-    from grpo_cli.plan import architectures
-    from grpo_cli.preflight.measure import calibration_recipe
-    from grpo_cli.recipe.validation import load_recipe
-
-    latest = {}
-    for line in (ROOT / "benchmarks" / "cpu_memory.jsonl").read_text().splitlines():
-        row = json.loads(line)
-        if row["allocator"] == "tool" and row["config"] in CONFIGS:
-            latest[row["config"]] = row
-    out = []
-    for config, row in latest.items():
-        recipe = load_recipe(CONFIGS[config][0], CONFIGS[config][1], scope="plan")
-        ran = calibration_recipe(recipe, models.load_tokenizer(recipe), directory)
-        out.append((config, ran, architectures.resolve(ran), float(row["live_peak"])))
-    return out
+    return [(config, *recipe_as_ran(config, directory), float(row["live_peak"]))
+            for config, row in latest_tool_rows(CPU_MEMORY_ROWS).items()]
 
 
 def errors(rows) -> list[float]:
@@ -89,29 +75,25 @@ def score(rows) -> tuple[float, float]:
     return round(max(abs(x) for x in e), 1), sum(x * x for x in e)
 
 
-def rss_fit(directory: Path) -> None:
+def rss_fit(rows) -> None:
     """CPU_RUNTIME_GIB and CPU_RSS_PER_TENSOR_BYTE: the pair (0.01 grid) whose plan-based peak RSS has the smallest
     largest |error| against the newest measured peak RSS of each cpu_memory.py configuration (grpo's allocator).
     Run after the tensor constants are fitted: it uses the plan's tensors, as `grpo plan` does."""
-    import json
+    from cpu_memory import latest_tool_rows
 
-    rss = {}
-    for line in (ROOT / "benchmarks" / "cpu_memory.jsonl").read_text().splitlines():
-        row = json.loads(line)
-        if row["allocator"] == "tool":
-            rss[row["config"]] = row["rss_peak"] / 2**30
+    rss = {config: row["rss_peak"] / 2**30 for config, row in latest_tool_rows(CPU_MEMORY_ROWS).items()}
     planned = {name: model.memory_plan(recipe, arch, "cpu").peak_tensors / 2**30
-               for name, recipe, arch, _ in real_model_cases(directory)}
+               for name, recipe, arch, _ in rows if name in rss}
 
     def worst(runtime: float, slope: float) -> float:
         return max(abs(runtime + slope * planned[c] - rss[c]) / rss[c] for c in planned)
 
-    best = min(((worst(r / 100, k / 100), r / 100, k / 100) for r in range(30, 121) for k in range(90, 151)))
+    best = min((worst(r / 100, k / 100), r / 100, k / 100) for r in range(30, 121) for k in range(90, 151))
     print(f"peak RSS = {best[1]:.2f} GiB + {best[2]:.2f} x planned tensors: largest |error| {100 * best[0]:.1f}% "
           f"(now {model.CPU_RUNTIME_GIB} + {model.CPU_RSS_PER_TENSOR_BYTE}: {100 * worst(model.CPU_RUNTIME_GIB, model.CPU_RSS_PER_TENSOR_BYTE):.1f}%)")
-    for c in planned:
-        print(f"  {c:18s} planned tensors {planned[c]:5.2f}  measured RSS {rss[c]:5.2f}  "
-              f"fit {best[1] + best[2] * planned[c]:5.2f} GiB")
+    for c, tensors in planned.items():
+        print(f"  {c:18s} planned tensors {tensors:5.2f}  measured RSS {rss[c]:5.2f}  "
+              f"fit {best[1] + best[2] * tensors:5.2f} GiB")
 
 
 def main() -> None:
@@ -135,7 +117,7 @@ def main() -> None:
         print("fitted:", best[1], f"max |error| {best[0][0]}%")
         for (name, *_), error in zip(rows, errors(rows)):
             print(f"  {name:32s} {error:+6.1f}%")
-        rss_fit(Path(tmp))
+        rss_fit(rows)
 
 
 if __name__ == "__main__":

@@ -112,17 +112,15 @@ def skip_unused_bitsandbytes(recipe: Recipe) -> bool:
 # unchunked logits. Narrower tiles hold proportionally less and change results only by float32 rounding (the fold is
 # an online logsumexp in float32, and the gradients accumulate in float32 either way; tests/test_cpu_memory.py).
 CPU_HEAD_TILE = 8192
-_TILE_SETTING = ("trl.trainer.utils", "_CHUNKED_LOGPROB_CHUNK_SIZE")
 
 
 def narrow_head_tiles() -> bool:
     """Set TRL's head tile width to CPU_HEAD_TILE for this process. False (nothing changed) when this TRL no longer
     has the setting, so an upgrade that renames it costs memory, never correctness."""
-    import importlib
+    import trl.trainer.utils as trl_utils
 
-    module_name, attribute = _TILE_SETTING
-    module = importlib.import_module(module_name)
-    if not isinstance(getattr(module, attribute, None), int):
+    width = getattr(trl_utils, "_CHUNKED_LOGPROB_CHUNK_SIZE", None)
+    if not isinstance(width, int):
         return False
-    setattr(module, attribute, min(getattr(module, attribute), CPU_HEAD_TILE))
+    trl_utils._CHUNKED_LOGPROB_CHUNK_SIZE = min(width, CPU_HEAD_TILE)
     return True
