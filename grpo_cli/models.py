@@ -5,7 +5,6 @@ torch/transformers are imported inside functions so recipe validation stays fast
 
 from __future__ import annotations
 
-from functools import partial
 from pathlib import Path
 
 from grpo_cli.errors import UserError
@@ -19,33 +18,48 @@ def cache_root() -> Path:
 
 
 def plain_model_dir(gguf: Path) -> Path:
-    """Dequantize a .gguf file once into a cached plain model directory.
+    """Dequantize a .gguf file once into a cached plain model directory (bfloat16 safetensors).
 
-    The Trainer refuses a model still marked as GGUF-quantized, so the quantizer marker is dropped before
-    saving. The cache key includes size and mtime, so a changed file is converted again.
-    """
+    The conversion runs in a child process: transformers dequantizes the whole file to float32 at once (a 3.1 GiB peak
+    for Qwen2.5-0.5B), and memory given back to the allocator is not given back to the system, so in this process it
+    would stay resident beside the training that follows (1.7 GiB of it did). The cache key includes size and mtime,
+    so a changed file is converted again."""
+    import subprocess
+    import sys
+
     stat = gguf.stat()
     target = cache_root() / "gguf" / f"{gguf.stem}-{stat.st_size}-{int(stat.st_mtime)}"
     if (target / "config.json").exists():
         return target
+    done = subprocess.run([sys.executable, "-c", "import sys; from grpo_cli.models import convert_gguf; "
+                           "convert_gguf(*sys.argv[1:])", str(gguf), str(target)], capture_output=True, text=True)
+    if done.returncode:
+        lines = [line for line in done.stderr.splitlines() if line.strip()] or ["no output"]
+        raise UserError(f"cannot convert {gguf}: {lines[-1][:300]}", path="model.name")
+    return target
+
+
+def convert_gguf(gguf: str, target: str) -> None:
+    """The conversion itself (see plain_model_dir). The Trainer refuses a model still marked as GGUF-quantized, so
+    the quantizer marker is dropped before saving."""
     import contextlib
     import io
 
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    source = Path(gguf)
     # transformers draws its own tqdm bar for the conversion, ignoring disable_progress_bar; errors still raise.
     with contextlib.redirect_stderr(io.StringIO()):
-        model = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name, dtype=torch.bfloat16)
-        tokenizer = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
+        model = AutoModelForCausalLM.from_pretrained(str(source.parent), gguf_file=source.name, dtype=torch.bfloat16)
+        tokenizer = AutoTokenizer.from_pretrained(str(source.parent), gguf_file=source.name)
     model.hf_quantizer = None
     if hasattr(model.config, "quantization_config"):
         del model.config.quantization_config
-    partial = target.with_name(target.name + ".partial")
-    model.save_pretrained(partial)
-    tokenizer.save_pretrained(partial)
-    partial.rename(target)  # a crash mid-save never leaves a half-written cache entry behind
-    return target
+    staging = Path(target).with_name(Path(target).name + ".partial")
+    model.save_pretrained(staging)
+    tokenizer.save_pretrained(staging)
+    staging.rename(target)  # a crash mid-save never leaves a half-written cache entry behind
 
 
 def resolve_model_path(name: str) -> str:
@@ -111,10 +125,11 @@ def is_lora_adapter(path: str | Path) -> bool:
 def load_model(recipe, frozen_linear_dtype: str | None = None):
     """The policy model, in the recipe's dtype (never TRL's float32 default), quantized for QLoRA.
 
-    `frozen_linear_dtype` (a LoRA run under autocast, grpo_cli/train/frozen_weights.py): a checkpoint stored in that
-    dtype keeps its Linear weights as stored and only the rest is widened to float32, the same values as loading all
-    in float32 and casting the Linears back, without from_pretrained's whole-model conversion (Qwen2.5-0.5B: peak RSS
-    4.02 GiB loaded in float32, 2.56 GiB this way; a run of qwen_small 3.77 GiB against 4.33, benchmarks/cpu_memory.txt)."""
+    A float32 run of a checkpoint stored narrower loads it as stored (memory-mapped, nothing read yet) and widens it
+    tensor by tensor from the file, instead of from_pretrained's conversion, which holds the whole mapped file beside
+    the whole converted copy (Qwen2.5-0.5B: a 3.3 GiB peak for a 2.1 GiB model). With `frozen_linear_dtype` (a LoRA
+    run under autocast, grpo_cli/train/frozen_weights.py) a checkpoint stored in that dtype keeps its Linear weights as
+    stored: the same values as loading all in float32 and casting the Linears back."""
     import torch
     from transformers import AutoModelForCausalLM
 
@@ -128,19 +143,21 @@ def load_model(recipe, frozen_linear_dtype: str | None = None):
 
             # Quantized weights are placed at load time, one whole copy per process.
             kwargs["device_map"] = {"": PartialState().local_process_index}
-    as_stored = False
+    stored = None
     try:
-        if frozen_linear_dtype and quant is None and recipe.model.dtype == "float32":
-            as_stored = _stored_dtype(location, kwargs) == frozen_linear_dtype
-        if as_stored:
-            kwargs["dtype"] = getattr(torch, frozen_linear_dtype)
+        if quant is None and recipe.model.dtype == "float32":
+            stored = _stored_dtype(location, kwargs)
+            stored = stored if stored in ("bfloat16", "float16") else None
+        if stored:
+            kwargs["dtype"] = getattr(torch, stored)
         model = AutoModelForCausalLM.from_pretrained(location, **kwargs)
     except OSError as exc:
         raise UserError(_not_found(location, exc), path="model.name") from None
     except ImportError as exc:  # flash-attn or another optional kernel package is missing
         raise UserError(f"{exc}", path="model.attn_implementation") from None
-    if as_stored:
-        _widen_all_but_linears(model, torch.float32)
+    if stored:
+        _widen_from_file(model, _stored_tensors(location, recipe.model.revision), torch.float32,
+                         keep_linears=stored == frozen_linear_dtype)
     return model
 
 
@@ -154,21 +171,75 @@ def _stored_dtype(location: str, kwargs: dict) -> str | None:
     return str(stored).removeprefix("torch.") if stored is not None else None
 
 
-def _widen_all_but_linears(model, dtype) -> None:
-    """Every floating parameter and buffer to `dtype`, one at a time, except the decoder Linear layers' own, which
-    are copied out of the checkpoint file instead: loaded as stored they are views of its memory map, and while one
-    view lives the whole file stays mapped and counts in the resident set (0.48 GiB more at Qwen2.5-0.5B's peak)."""
+def _stored_tensors(location: str, revision: str | None) -> dict[str, tuple[Path, int, dict]]:
+    """Tensor name -> (safetensors file, offset of its data section, header entry) for a checkpoint on this disk;
+    empty when its files cannot be found (then tensors are copied out of the mapping instead)."""
+    import json
+
+    directory = Path(location)
+    if not directory.is_dir():
+        try:
+            from transformers.utils import cached_file
+
+            directory = Path(cached_file(location, "config.json", revision=revision)).parent
+        except (OSError, ValueError):
+            return {}
+    index = directory / "model.safetensors.index.json"
+    files = sorted(set(json.loads(index.read_text())["weight_map"].values())) if index.is_file() else ["model.safetensors"]
+    entries = {}
+    for name in files:
+        path = directory / name
+        if not path.is_file():
+            return {}
+        with path.open("rb") as fh:
+            size = int.from_bytes(fh.read(8), "little")
+            header = json.loads(fh.read(size))
+        entries.update((key, (path, 8 + size, entry)) for key, entry in header.items() if key != "__metadata__")
+    return entries
+
+
+def _read_stored(path: Path, data_start: int, entry: dict, stored_dtype, dtype, chunk_bytes: int = 64 << 20):
+    """One tensor read from a safetensors file with plain reads (the page cache holds the file, not this process),
+    converted to `dtype` in slices of about `chunk_bytes`: a whole-tensor staging copy would be freed to the allocator,
+    which keeps it (0.25 GiB for Qwen2.5-0.5B's embedding in bfloat16)."""
+    import torch
+
+    shape = entry["shape"]
+    out = torch.empty(shape, dtype=dtype)
+    flat = out.view(-1)
+    size = torch.tensor([], dtype=stored_dtype).element_size()
+    step = max(1, chunk_bytes // size)
+    staging = torch.empty(min(step, flat.numel()) * size, dtype=torch.uint8)
+    with path.open("rb") as fh:
+        fh.seek(data_start + entry["data_offsets"][0])
+        for first in range(0, flat.numel(), step):
+            count = min(step, flat.numel() - first)
+            part = staging[: count * size]
+            if fh.readinto(memoryview(part.numpy())) != count * size:
+                raise OSError(f"{path} is shorter than its header says")
+            flat[first : first + count].copy_(part.view(stored_dtype))
+    return out
+
+
+def _widen_from_file(model, stored: dict, dtype, keep_linears: bool) -> None:
+    """Every floating parameter and buffer to `dtype`, one at a time, read from the checkpoint file where it is found
+    there as loaded (same name, shape and dtype); with `keep_linears` the decoder Linear layers' weights keep their
+    stored dtype. Nothing stays a view of the file's memory map: while one view lives the whole mapping stays, and
+    every page read through it counts in the resident set until the end (1.17 GiB at Qwen2.5-0.5B's load peak)."""
     import torch
 
     output = model.get_output_embeddings()
     keep = {id(t) for m in model.modules() if isinstance(m, torch.nn.Linear) and m is not output
-            for t in m.parameters(recurse=False)}
+            for t in m.parameters(recurse=False)} if keep_linears else set()
+    dtypes = {"BF16": torch.bfloat16, "F16": torch.float16, "F32": torch.float32}
     with torch.no_grad():
-        for tensor in [*model.parameters(), *model.buffers()]:
-            if id(tensor) in keep or not tensor.is_floating_point():
-                tensor.data = tensor.data.clone()
+        for name, tensor in [*model.named_parameters(), *model.named_buffers()]:
+            target = tensor.dtype if id(tensor) in keep or not tensor.is_floating_point() else dtype
+            path, start, entry = stored.get(name, (None, 0, {}))
+            if path and entry.get("shape") == list(tensor.shape) and dtypes.get(entry.get("dtype")) == tensor.dtype:
+                tensor.data = _read_stored(path, start, entry, tensor.dtype, target)
             else:
-                tensor.data = tensor.data.to(dtype, copy=True)
+                tensor.data = tensor.data.to(target, copy=True)
     model.config.dtype = dtype
 
 
@@ -199,42 +270,3 @@ def lora_config(recipe):
         use_rslora=lora.use_rslora,
         task_type="CAUSAL_LM",
     )
-
-
-def _lean_lora_forward(base_layer, a, b, x, *args, **kwargs):
-    import torch.nn.functional as F
-
-    return base_layer(x, *args, **kwargs) + F.linear(F.linear(x.to(a.dtype), a), b)
-
-
-def lean_lora(model, dtype):
-    """Until the returned function is called, each plain LoRA layer (one active adapter, no dropout acting, no
-    variant) computes base(x) + x A^T (s B)^T with A and s B cast once to `dtype`: what PEFT's forward computes, in
-    three operations instead of about ten per layer, for evaluation, where the adapters do not change. On
-    Qwen2.5-0.5B in bfloat16 a decode step (batch 16) took 177 against 198 ms (LoRA r16 on all 168 Linear layers;
-    155 ms without the adapter). Inside training it made no measurable difference (benchmarks/generation_in_training.txt)."""
-    import torch
-    from peft.tuners.lora import Linear as LoraLinear
-
-    patched = []
-    with torch.no_grad():
-        for module in model.modules():
-            if not isinstance(module, LoraLinear) or module.merged or module.disable_adapters:
-                continue
-            names = [n for n in module.active_adapters if n in module.lora_A]
-            if len(names) != 1 or names[0] in module.lora_variant:
-                continue
-            name = names[0]
-            dropout = module.lora_dropout[name]
-            if not (isinstance(dropout, torch.nn.Identity) or (isinstance(dropout, torch.nn.Dropout) and not dropout.training)):
-                continue  # a dropout that would act (training mode): PEFT's forward applies it
-            a = module.lora_A[name].weight.to(dtype)
-            b = (module.lora_B[name].weight * module.scaling[name]).to(dtype)
-            module.forward = partial(_lean_lora_forward, module.base_layer, a, b)
-            patched.append(module)
-
-    def restore() -> None:
-        for module in patched:
-            del module.forward  # back to the class's (PEFT's) forward
-
-    return restore

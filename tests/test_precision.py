@@ -149,6 +149,22 @@ def test_a_bf16_checkpoint_keeps_its_frozen_linears_as_stored(tmp_path, tiny_lla
     for (name, a), b in zip(kept.named_parameters(), reference.parameters()):
         assert a.dtype == b.dtype and torch.equal(a, b), name
     assert kept.get_input_embeddings().weight.dtype == torch.float32 and kept.config.dtype == torch.float32
+    # Widened from plain reads of the file, not through its memory map: every tensor is found there as loaded.
+    from grpo_cli.models import _stored_tensors
+
+    entries = _stored_tensors(str(stored), None)
+    assert dict(kept.named_parameters()).keys() <= entries.keys()
+    from grpo_cli.models import _read_stored
+
+    path, start, entry = entries["model.embed_tokens.weight"]  # read in slices smaller than a row, then whole
+    assert torch.equal(_read_stored(path, start, entry, torch.bfloat16, torch.float32, chunk_bytes=6),
+                       kept.get_input_embeddings().weight)
+    assert torch.equal(_read_stored(path, start, entry, torch.bfloat16, torch.float32),
+                       kept.get_input_embeddings().weight)
+    widened = load_recipe(write_recipe(tmp_path, stored), [])  # full fine-tuning in float32: every tensor widened
+    for (name, a), b in zip(load_model(widened).named_parameters(),
+                            AutoModelForCausalLM.from_pretrained(stored, dtype=torch.float32).parameters()):
+        assert a.dtype == torch.float32 and torch.equal(a, b), name
     from grpo_cli.train.trainer import build_trainer
 
     recipe.output_dir.mkdir(parents=True)
@@ -163,7 +179,7 @@ def test_lean_lora_computes_what_peft_computes():
     from peft import LoraConfig, get_peft_model
     from transformers import AutoConfig, AutoModelForCausalLM
 
-    from grpo_cli.models import lean_lora
+    from grpo_cli.eval.lean_lora import lean_lora
 
     config = AutoConfig.for_model("llama", hidden_size=64, intermediate_size=128, num_hidden_layers=2,
                                   num_attention_heads=4, num_key_value_heads=2, vocab_size=256)

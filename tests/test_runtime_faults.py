@@ -249,3 +249,18 @@ def test_a_second_ctrl_c_waits_while_the_checkpoint_is_written():
     callback._handle(signal.SIGINT, None)  # second, during the save: waits
     with pytest.raises(KeyboardInterrupt):
         callback._handle(signal.SIGINT, None)  # third: now
+
+
+def test_a_gguf_that_cannot_be_converted_is_one_line(tmp_path, tiny_llama, monkeypatch):
+    """The conversion runs in a child process (its float32 peak and the memory it frees stay out of the run's); when
+    it fails, the child's last line is the message, and no cache entry is left behind."""
+    from grpo_cli.errors import UserError
+    from grpo_cli.models import plain_model_dir
+
+    monkeypatch.setenv("GRPO_CACHE", str(tmp_path / "cache"))
+    broken = tmp_path / "broken.gguf"
+    broken.write_bytes(b"GGUF" + bytes(64))
+    with pytest.raises(UserError, match="cannot convert") as raised:
+        plain_model_dir(broken)
+    assert raised.value.problems[0].path == "model.name" and "Traceback" not in str(raised.value)
+    assert not any((tmp_path / "cache" / "gguf").glob("broken*"))

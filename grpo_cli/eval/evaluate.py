@@ -139,7 +139,8 @@ def _generator(recipe: Recipe, target: Target, budget: int):
     from grpo_cli.eval.generation import (
         ContinuousGenerator, HFGenerator, VLLMGenerator, supports_continuous_batching, vllm_available,
     )
-    from grpo_cli.models import lean_lora, load_model, load_tokenizer, resolve_model_path
+    from grpo_cli.eval.lean_lora import lean_lora
+    from grpo_cli.models import load_model, load_tokenizer, resolve_model_path
     from grpo_cli.quiet import quiet_libraries
 
     quiet_libraries()

@@ -121,13 +121,13 @@ def measure_peak(recipe: Recipe, phases: dict | None = None) -> tuple[float, Rec
         tokenizer = models.load_tokenizer(recipe)
         ran = calibration_recipe(recipe, tokenizer, work)
         if torch.cuda.is_available():
-            trainer, _ = build_trainer(ran, work / "run")
+            trainer, _ = build_trainer(ran, work / "run", tokenizer=tokenizer)
             torch.cuda.reset_peak_memory_stats()
             trainer.train()
             if phases is not None:  # what the caching allocator held: the part of nvidia-smi's figure torch sees
                 phases["cuda_reserved"] = torch.cuda.max_memory_reserved()
             return float(torch.cuda.max_memory_allocated()), ran
-        trainer, _ = build_trainer(ran, work / "run")
+        trainer, _ = build_trainer(ran, work / "run", tokenizer=tokenizer)
         tracker = LiveTensorBytes()
         tracker.add_existing([*trainer.model.parameters(), *trainer.model.buffers()])
         _mark_generation(trainer, tracker)
@@ -170,7 +170,8 @@ def measure_steps(recipe: Recipe, work: Path, steps: int = 2, show=lambda text, 
     tokenizer = models.load_tokenizer(recipe)
     ran = calibration_recipe(recipe, tokenizer, work)
     ran = ran.model_copy(update={"training": ran.training.model_copy(update={"max_steps": max(2, steps)})})
-    trainer, _ = build_trainer(ran, work / "run", reward_funcs=[_tolerant(f) for f in resolve_rewards(ran.rewards)])
+    trainer, _ = build_trainer(ran, work / "run", reward_funcs=[_tolerant(f) for f in resolve_rewards(ran.rewards)],
+                               tokenizer=tokenizer)
     tracker = None if cuda else LiveTensorBytes()
     last_step = ran.training.max_steps
     step_seconds: list[float] = []

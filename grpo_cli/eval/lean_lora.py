@@ -1,0 +1,44 @@
+"""LoRA layers computed lean for evaluation, where the adapters do not change."""
+
+from __future__ import annotations
+
+from functools import partial
+
+
+def _lean_lora_forward(base_layer, a, b, x, *args, **kwargs):
+    import torch.nn.functional as F
+
+    return base_layer(x, *args, **kwargs) + F.linear(F.linear(x.to(a.dtype), a), b)
+
+
+def lean_lora(model, dtype):
+    """Until the returned function is called, each plain LoRA layer (one active adapter, no dropout acting, no
+    variant) computes base(x) + x A^T (s B)^T with A and s B cast once to `dtype`: what PEFT's forward computes, in
+    three operations instead of about ten per layer, for evaluation, where the adapters do not change. On
+    Qwen2.5-0.5B in bfloat16 a decode step (batch 16) took 177 against 198 ms (LoRA r16 on all 168 Linear layers;
+    155 ms without the adapter). Inside training it made no measurable difference (benchmarks/generation_in_training.txt)."""
+    import torch
+    from peft.tuners.lora import Linear as LoraLinear
+
+    patched = []
+    with torch.no_grad():
+        for module in model.modules():
+            if not isinstance(module, LoraLinear) or module.merged or module.disable_adapters:
+                continue
+            names = [n for n in module.active_adapters if n in module.lora_A]
+            if len(names) != 1 or names[0] in module.lora_variant:
+                continue
+            name = names[0]
+            dropout = module.lora_dropout[name]
+            if not (isinstance(dropout, torch.nn.Identity) or (isinstance(dropout, torch.nn.Dropout) and not dropout.training)):
+                continue  # a dropout that would act (training mode): PEFT's forward applies it
+            a = module.lora_A[name].weight.to(dtype)
+            b = (module.lora_B[name].weight * module.scaling[name]).to(dtype)
+            module.forward = partial(_lean_lora_forward, module.base_layer, a, b)
+            patched.append(module)
+
+    def restore() -> None:
+        for module in patched:
+            del module.forward  # back to the class's (PEFT's) forward
+
+    return restore
