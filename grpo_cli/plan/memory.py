@@ -63,9 +63,9 @@ ALLOCATOR_SLACK = 0.10
 # with torch, transformers, peft and TRL imported is 0.38-0.43 GiB of it; tokenizer, data, libraries' buffers and
 # what the allocator keeps of large freed blocks the rest) and the allocator's overhead in proportion to the tensors.
 # FITTED (benchmarks/memory_fit.py: the pair whose plan-based figure has the smallest largest error) on the six
-# configurations of benchmarks/cpu_memory.py with grpo's allocator (mimalloc), 135M and 0.5B: within 14.1%.
-CPU_RUNTIME_GIB = 0.83
-CPU_RSS_PER_TENSOR_BYTE = 1.09
+# configurations of benchmarks/cpu_memory.py with grpo's allocator (mimalloc), 135M and 0.5B: within 4.1%.
+CPU_RUNTIME_GIB = 0.74
+CPU_RSS_PER_TENSOR_BYTE = 1.01
 
 
 @dataclass
