@@ -39,6 +39,9 @@ CONFIGS = {
                                         "training.per_device_train_batch_size=8", "grpo.max_completion_length=64",
                                         "model.gradient_checkpointing=false"]),
     "qwen_issue": (QWEN_RECIPE, [f"model.name={QWEN}", QWEN_DATA, "grpo.max_completion_length=256"]),
+    # the same in float32 throughout, as the issue's row measured it (13.3 GB on 2026-11-23)
+    "qwen_issue_fp32": (QWEN_RECIPE, [f"model.name={QWEN}", QWEN_DATA, "grpo.max_completion_length=256",
+                                      "model.mixed_precision=no"]),
 }
 ALLOCATORS = {
     "default": {},  # glibc as it comes: the mmap threshold grows after each large free
