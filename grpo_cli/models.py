@@ -17,18 +17,23 @@ def cache_root() -> Path:
     return Path(os.environ.get("GRPO_CACHE", Path.home() / ".cache" / "grpo"))
 
 
+def converted_dir(gguf: Path) -> Path:
+    """Where the plain copy of a .gguf file is cached (size and mtime in the name: a changed file is converted again)."""
+    stat = gguf.stat()
+    return cache_root() / "gguf" / f"{gguf.stem}-{stat.st_size}-{int(stat.st_mtime)}"
+
+
 def plain_model_dir(gguf: Path) -> Path:
     """Dequantize a .gguf file once into a cached plain model directory (bfloat16 safetensors).
 
     The conversion runs in a child process: transformers dequantizes the whole file to float32 at once (a 3.1 GiB peak
     for Qwen2.5-0.5B), and memory given back to the allocator is not given back to the system, so in this process it
-    would stay resident beside the training that follows (1.7 GiB of it did). The cache key includes size and mtime,
-    so a changed file is converted again."""
+    would stay resident beside the training that follows (1.7 GiB of it did). `grpo plan` gives its peak
+    (plan/gguf_header.py conversion_peak_bytes)."""
     import subprocess
     import sys
 
-    stat = gguf.stat()
-    target = cache_root() / "gguf" / f"{gguf.stem}-{stat.st_size}-{int(stat.st_mtime)}"
+    target = converted_dir(gguf)
     if (target / "config.json").exists():
         return target
     done = subprocess.run([sys.executable, "-c", "import sys; from grpo_cli.models import convert_gguf; "

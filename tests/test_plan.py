@@ -120,7 +120,7 @@ def test_local_model_dir_architecture(tiny_qwen2, tmp_path):
     assert arch.qkv_bias and not arch.tie_word_embeddings and arch.hidden_size == 32
 
 
-def test_plan_reads_the_architecture_from_a_gguf_header(tmp_path):
+def test_plan_reads_the_architecture_from_a_gguf_header(tmp_path, monkeypatch):
     """A model that exists only as a .gguf file: its shape comes from the header, no weight is read."""
     import gguf
     import numpy as np
@@ -142,6 +142,19 @@ def test_plan_reads_the_architecture_from_a_gguf_header(tmp_path):
     arch = architectures.resolve(load_recipe(recipe, scope="plan"))
     assert (arch.num_layers, arch.hidden_size, arch.num_heads, arch.num_kv_heads, arch.head_dim) == (3, 64, 4, 2, 16)
     assert (arch.intermediate_size, arch.vocab_size, arch.tie_word_embeddings, arch.qkv_bias) == (160, 100, True, True)
+    # Not converted yet: the plan gives the one-time conversion's peak (runtime + 4 B per element), then no more.
+    from grpo_cli.models import converted_dir
+
+    monkeypatch.setenv("GRPO_CACHE", str(tmp_path / "cache"))
+    first = runner.invoke(app, ["plan", str(recipe), "--device", "cpu", "--ram", "0.3GB"])
+    assert first.exit_code == 0 and "first load converts the .gguf" in first.output
+    assert "more than the 0.3 GiB given" in first.output.replace("\n", " ")  # the conversion alone would not fit
+    planned = json.loads(runner.invoke(app, ["plan", str(recipe), "--device", "cpu", "--json"]).output)
+    assert planned["gguf_conversion_peak_rss_gib"] == pytest.approx(0.36 + 4 * 32 / 2**30, abs=1e-4)
+    (converted_dir(path) / "config.json").parent.mkdir(parents=True)
+    (converted_dir(path) / "config.json").write_text("{}")
+    planned = json.loads(runner.invoke(app, ["plan", str(recipe), "--device", "cpu", "--json"]).output)
+    assert planned["gguf_conversion_peak_rss_gib"] is None
     path.write_bytes(path.read_bytes()[:40])  # a cut file: one line, not a traceback
     result = runner.invoke(app, ["plan", str(recipe)])
     assert result.exit_code == 2 and "cannot read the architecture" in result.output

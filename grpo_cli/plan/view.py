@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from rich.console import Console
@@ -33,6 +34,7 @@ def plan_json(plan: Plan, suggestions: list[tuple[str, dict, float]], gpu_label:
         "peak_tensors_gib": round(plan.peak_tensors / GIB, 4),
         "peak_nvidia_smi_gib": round(plan.peak_smi / GIB, 4),
         "peak_rss_gib": round(plan.peak_rss / GIB, 4),
+        "gguf_conversion_peak_rss_gib": None if (first := first_load_peak(plan)) is None else round(first / GIB, 4),
         "gpu": gpu_label,
         "gpu_gib": None if plan.gpu_bytes is None else round(plan.gpu_bytes / GIB, 2),
         "fits": plan.fits,
@@ -61,6 +63,11 @@ def print_plan(console: Console, plan: Plan, suggestions, gpu_label: str | None,
     if plan.device == "cpu":
         console.print(f"[bold]peak tensors[/] (live tensor bytes): {plan.peak_tensors / GIB:.2f} GiB")
         console.print(f"[bold]expected peak RSS[/] of the process (+ runtime and allocator): {plan.peak_rss / GIB:.2f} GiB")
+        first = first_load_peak(plan)
+        if first is not None:
+            short = "" if plan.gpu_bytes is None or first <= plan.gpu_bytes else f", more than the {plan.gpu_bytes / GIB:.1f} GiB given"
+            console.print(f"first load converts the .gguf once, in a separate process before the run: peak RSS about "
+                          f"{first / GIB:.2f} GiB{short}")
     else:
         console.print(f"[bold]peak tensors[/] (torch.cuda.max_memory_allocated): {plan.peak_tensors / GIB:.2f} GiB")
         console.print(f"[bold]expected in nvidia-smi[/] (+ allocator slack and CUDA context): {plan.peak_smi / GIB:.2f} GiB")
@@ -77,6 +84,22 @@ def print_plan(console: Console, plan: Plan, suggestions, gpu_label: str | None,
         console.print("no single change in the list makes it fit; consider a smaller model or more GPUs")
     for label, changes, peak in suggestions:
         console.print(f"  {label}: {peak / GIB:.2f} GiB  ->  {command} {' '.join(override_args(changes))}", soft_wrap=True)
+
+
+def first_load_peak(plan: Plan) -> float | None:
+    """A model given as a .gguf file not converted yet: the peak RSS of its one-time conversion; else None."""
+    from grpo_cli.errors import UserError
+    from grpo_cli.models import converted_dir
+    from grpo_cli.plan.gguf_header import GGUFError, conversion_peak_bytes
+    from grpo_cli.recipe.sources import model_location
+
+    try:
+        location = Path(model_location(plan.arch.name))
+        if location.suffix != ".gguf" or not location.is_file() or (converted_dir(location) / "config.json").exists():
+            return None
+        return conversion_peak_bytes(location)
+    except (UserError, GGUFError, OSError):
+        return None
 
 
 def _gpu(label: str | None, plan: Plan) -> str:
