@@ -18,16 +18,21 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def main() -> None:
+def run_demo(overrides: list[str], quiet: bool = False) -> tuple[float, list[dict]]:
+    """One `grpo train recipes/demo.yaml` run in a temporary directory: wall seconds and its metrics.jsonl rows."""
     grpo = shutil.which("grpo")
     assert grpo, "install the package first: pip install -e ."
     with tempfile.TemporaryDirectory() as tmp:
         run_dir = Path(tmp) / "demo"
         start = time.perf_counter()
-        subprocess.run([grpo, "train", str(ROOT / "recipes" / "demo.yaml"), f"training.output_dir={run_dir}", *sys.argv[1:]],
-                       check=True)
+        subprocess.run([grpo, "train", str(ROOT / "recipes" / "demo.yaml"), f"training.output_dir={run_dir}", *overrides],
+                       check=True, capture_output=quiet)
         wall = time.perf_counter() - start
-        rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+        return wall, [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+
+
+def main() -> None:
+    wall, rows = run_demo(sys.argv[1:])
     steps = len(rows)
     fifth = max(1, round(steps * 0.2))
     first, last = rows[:fifth], rows[-fifth:]

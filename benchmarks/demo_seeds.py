@@ -1,6 +1,6 @@
 """The offline demo at several seeds: does it learn correctness, or only brevity?
 
-Each seed is one `grpo train recipes/demo.yaml` run (about 3.5 minutes here); printed per seed: wall time and the
+Each seed is one `grpo train recipes/demo.yaml` run (about 3 minutes here); printed per seed: wall time and the
 mean total reward, correctness and completion length over the first and the last 8 steps (or 20% of the steps if
 fewer), then the number of seeds whose correctness rose by at least 0.15.
 
@@ -10,28 +10,10 @@ fewer), then the number of seeds whose correctness rose by at least 0.15.
 from __future__ import annotations
 
 import argparse
-import json
-import shutil
-import subprocess
-import tempfile
-import time
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+from demo_learning import run_demo
+
 CORRECTNESS = "rewards/correctness/mean"
-
-
-def run(seed: int, overrides: list[str]) -> tuple[float, list[dict]]:
-    grpo = shutil.which("grpo")
-    assert grpo, "install the package first: pip install -e ."
-    with tempfile.TemporaryDirectory() as tmp:
-        run_dir = Path(tmp) / "demo"
-        start = time.perf_counter()
-        subprocess.run([grpo, "train", str(ROOT / "recipes" / "demo.yaml"), f"training.seed={seed}",
-                        f"training.output_dir={run_dir}", *overrides], check=True, capture_output=True)
-        wall = time.perf_counter() - start
-        rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
-    return wall, [r for r in rows if "reward" in r]
 
 
 def main() -> None:
@@ -44,7 +26,8 @@ def main() -> None:
     learned = 0
     seeds = [int(s) for s in args.seeds.split(",")]
     for seed in seeds:
-        wall, rows = run(seed, args.overrides)
+        wall, rows = run_demo([f"training.seed={seed}", *args.overrides], quiet=True)
+        rows = [r for r in rows if "reward" in r]
         window = min(8, max(1, round(len(rows) * 0.2)))
         first, last = rows[:window], rows[-window:]
 

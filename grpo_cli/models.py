@@ -212,7 +212,7 @@ def _read_stored(path: Path, data_start: int, entry: dict, stored_dtype, dtype, 
     shape = entry["shape"]
     out = torch.empty(shape, dtype=dtype)
     flat = out.view(-1)
-    size = torch.tensor([], dtype=stored_dtype).element_size()
+    size = stored_dtype.itemsize
     step = max(1, chunk_bytes // size)
     staging = torch.empty(min(step, flat.numel()) * size, dtype=torch.uint8)
     with path.open("rb") as fh:

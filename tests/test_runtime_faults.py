@@ -251,7 +251,7 @@ def test_a_second_ctrl_c_waits_while_the_checkpoint_is_written():
         callback._handle(signal.SIGINT, None)  # third: now
 
 
-def test_a_gguf_that_cannot_be_converted_is_one_line(tmp_path, tiny_llama, monkeypatch):
+def test_a_gguf_that_cannot_be_converted_is_one_line(tmp_path, monkeypatch):
     """The conversion runs in a child process (its float32 peak and the memory it frees stay out of the run's); when
     it fails, the child's last line is the message, and no cache entry is left behind."""
     from grpo_cli.errors import UserError
