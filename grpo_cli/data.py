@@ -117,8 +117,9 @@ class PreparedData:
                             "lower training.per_device_train_batch_size", path="data.source")
 
 
-def prepare(data: DataSection, tokenizer=None, seed: int = 0) -> PreparedData:
-    """Rows -> {prompt, answer, question}; shuffle, limit, keep short solutions, drop prompts over max_prompt_length."""
+def prepare(data: DataSection, tokenizer=None, seed: int = 0, tools: list | None = None) -> PreparedData:
+    """Rows -> {prompt, answer, question}; shuffle, limit, keep short solutions, drop prompts over max_prompt_length
+    (measured with the `tools` the template renders into every prompt)."""
     rows = load_rows(data.source, data.config, data.split, data.limit, seed)
     missing = [c for c in (data.prompt_column, data.answer_column) if c and c not in rows.column_names]
     if missing:
@@ -148,7 +149,7 @@ def prepare(data: DataSection, tokenizer=None, seed: int = 0) -> PreparedData:
     prepared = rows.map(to_example, remove_columns=rows.column_names)
     total = len(prepared)
     if data.max_prompt_length is not None and tokenizer is not None:
-        lengths = [prompt_length(tokenizer, p) for p in prepared["prompt"]]
+        lengths = [prompt_length(tokenizer, p, tools) for p in prepared["prompt"]]
         keep = [i for i, n in enumerate(lengths) if n <= data.max_prompt_length]
         prepared = prepared.select(keep)
     if len(prepared) == 0 and total > 0:
@@ -180,14 +181,15 @@ def _usable_rows(rows, data: DataSection):
     return rows.select([i for i in range(len(rows)) if i not in reasons]), counts
 
 
-def render_prompt(tokenizer, prompt: Any) -> str:
-    """The text the model reads: chat messages through the tokenizer's chat template (with the generation prompt),
-    plain text as it is. Training (TRL), preflight sampling and evaluation all see the same string."""
+def render_prompt(tokenizer, prompt: Any, tools: list | None = None) -> str:
+    """The text the model reads: chat messages through the tokenizer's chat template (with the generation prompt and
+    the descriptions of the `tools` it may call), plain text as it is. Training (TRL), preflight sampling and
+    evaluation all see the same string."""
     if isinstance(prompt, list):
-        return tokenizer.apply_chat_template(prompt, add_generation_prompt=True, tokenize=False)
+        return tokenizer.apply_chat_template(prompt, tools=tools or None, add_generation_prompt=True, tokenize=False)
     return prompt
 
 
-def prompt_length(tokenizer, prompt: Any) -> int:
-    """Tokens the model will see for this prompt (with the chat template and generation prompt)."""
-    return len(tokenizer(render_prompt(tokenizer, prompt), add_special_tokens=False)["input_ids"])
+def prompt_length(tokenizer, prompt: Any, tools: list | None = None) -> int:
+    """Tokens the model will see for this prompt (with the chat template, tools and generation prompt)."""
+    return len(tokenizer(render_prompt(tokenizer, prompt, tools), add_special_tokens=False)["input_ids"])

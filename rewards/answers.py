@@ -83,11 +83,14 @@ def numbers_equal(predicted: str | None, gold: str | None) -> bool:
 
 
 def completion_text(completion: Any) -> str:
-    """TRL passes plain strings, or chat messages `[{"role": "assistant", "content": ...}]`."""
+    """What the model wrote: TRL passes plain strings, or chat messages `[{"role": "assistant", "content": ...}]`.
+    With tools a completion holds several turns and the tools' answers between them; only the model's own turns
+    count, so a number a tool returned is never taken for the model's answer."""
     if isinstance(completion, str):
         return completion
     if isinstance(completion, list):
-        return "".join(str(m.get("content", "")) if isinstance(m, dict) else str(m) for m in completion)
+        return "".join(str(m.get("content") or "") if isinstance(m, dict) else str(m) for m in completion
+                       if not isinstance(m, dict) or m.get("role", "assistant") != "tool")
     if isinstance(completion, dict):
         return str(completion.get("content", ""))
     return "" if completion is None else str(completion)

@@ -68,17 +68,20 @@ def resolve_reward(name: str, kwargs: dict[str, Any] | None = None) -> Callable[
             "or give your own as package.module:function (or package.module.function) or path/to/file.py:function"
         )
     where, _, attr = name.rpartition(":")
-    module = _load_module(where)
+    module = load_user_module(where)
     if not hasattr(module, attr):
         raise RewardLookupError(f"`{where}` has no attribute `{attr}`")
     return _build(name, getattr(module, attr), kwargs, builtin=False)
 
 
-def _load_module(where: str) -> Any:
+def load_user_module(where: str, what: str = "reward") -> Any:
+    """A user's module from `path/to/file.py` or an importable `package.module`; RewardLookupError (a ValueError)
+    naming `what` was looked for when it cannot be found or fails on import. Tools and environments load the same
+    way as rewards."""
     if where.endswith(".py"):
         path = Path(where).expanduser()
         if not path.is_file():
-            raise RewardLookupError(f"reward file not found: {path} (relative paths start at {Path.cwd()})")
+            raise RewardLookupError(f"{what} file not found: {path} (relative paths start at {Path.cwd()})")
         module_name = f"grpo_user_rewards_{abs(hash(str(path.resolve())))}"
         if module_name in sys.modules:
             return sys.modules[module_name]
@@ -89,7 +92,7 @@ def _load_module(where: str) -> Any:
             spec.loader.exec_module(module)
         except (Exception, SystemExit) as exc:  # the user's file failed (or exited) on import: say where
             del sys.modules[module_name]
-            raise RewardLookupError(f"importing {path} failed: {_describe(exc)}") from None
+            raise RewardLookupError(f"importing {path} failed: {_describe(exc, what)}") from None
         return module
     _working_folder_importable()
     try:
@@ -97,7 +100,7 @@ def _load_module(where: str) -> Any:
     except ImportError as exc:
         raise RewardLookupError(f"cannot import module `{where}`: {exc}") from None
     except (Exception, SystemExit) as exc:
-        raise RewardLookupError(f"importing module `{where}` failed: {_describe(exc)}") from None
+        raise RewardLookupError(f"importing module `{where}` failed: {_describe(exc, what)}") from None
 
 
 def _working_folder_importable() -> None:
@@ -108,9 +111,9 @@ def _working_folder_importable() -> None:
         sys.path.append(cwd)
 
 
-def _describe(exc: BaseException) -> str:
+def _describe(exc: BaseException, what: str = "reward") -> str:
     if isinstance(exc, SystemExit):
-        return f"it calls sys.exit({exc.code!r}) when imported; a reward file must only define functions"
+        return f"it calls sys.exit({exc.code!r}) when imported; a {what} file must only define functions"
     return f"{type(exc).__name__}: {str(exc)[:300]}"
 
 

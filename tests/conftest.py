@@ -28,6 +28,14 @@ def tiny_qwen2(tmp_path_factory) -> Path:
     return build_model(tmp_path_factory.mktemp("tiny-qwen2"), "qwen2")
 
 
+@pytest.fixture(scope="session")
+def tool_model(tmp_path_factory) -> Path:
+    """A tiny model with a tool-capable template that calls the calculator on some problems (tests/tool_models.py)."""
+    from tool_models import build_tool_model
+
+    return build_tool_model(tmp_path_factory.mktemp("tiny-tool-model"))
+
+
 def write_recipe(directory: Path, model_dir: Path, **sections) -> Path:
     """A small valid training recipe for a tiny model; keyword arguments replace or extend sections."""
     import yaml

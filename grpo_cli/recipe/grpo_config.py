@@ -50,6 +50,7 @@ def grpo_config_kwargs(recipe: Recipe, output_dir: Path, on_cpu: bool = False,
         vllm_mode=grpo.vllm_mode,
         vllm_gpu_memory_utilization=grpo.vllm_gpu_memory_utilization,
         use_liger_kernel=grpo.use_liger_kernel,
+        max_tool_calling_iterations=grpo.max_tool_calling_iterations,
         reward_weights=[spec.weight for spec in recipe.rewards],
         # Optimisation
         learning_rate=training.learning_rate,

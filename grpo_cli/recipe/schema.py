@@ -10,7 +10,10 @@ import math
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, PrivateAttr, field_validator
+from pydantic import BeforeValidator, Field, PrivateAttr, field_validator
+
+from grpo_cli.recipe.section import Section
+from grpo_cli.recipe.user_code import EnvironmentSpec, RewardSpec, ToolSpec
 
 Dtype = Literal["bfloat16", "float16", "float32"]
 # YAML reads a bare `no` as false
@@ -29,13 +32,6 @@ DEFAULT_SYSTEM_PROMPT = "Respond in the following format:\n<reasoning>\n...\n</r
 def generation_batch(per_device_batch: int, processes: int, steps_per_generation: int) -> int:
     """TRL's generation batch in completions (per-device batch x processes x steps_per_generation): whole groups."""
     return per_device_batch * processes * steps_per_generation
-
-
-class Section(BaseModel):
-    """Every section rejects unknown keys: a typo must never be silently ignored. `.inf` or `.nan` is never a
-    sensible learning rate, weight or temperature."""
-
-    model_config = ConfigDict(extra="forbid", protected_namespaces=(), allow_inf_nan=False)
 
 
 class ArchitectureSection(Section):
@@ -115,13 +111,6 @@ class DataSection(Section):
     )
 
 
-class RewardSpec(Section):
-    name: str = Field(min_length=1, description="Built-in name, `package.module:function`, or `path/to/file.py:function`.")
-    weight: float = 1.0
-    kwargs: dict[str, Any] = Field(default_factory=dict, description="Arguments for parameterised rewards.")
-    timeout_s: float | None = Field(None, gt=0.0, description="Stop the run (with a checkpoint) when one call takes longer.")
-
-
 class GRPOSection(Section):
     num_generations: int = Field(8, ge=2, description="Completions sampled per prompt (the group size G).")
     max_completion_length: int = Field(256, ge=1)
@@ -145,6 +134,8 @@ class GRPOSection(Section):
     zero_variance_groups: Literal["keep", "skip", "resample"] = Field("keep", description="Groups whose completions "
                                                                       "all scored the same: keep (TRL), skip, resample.")
     zero_variance_rounds: int = Field(2, ge=1, le=16, description="resample: extra generation rounds at most per step.")
+    max_tool_calling_iterations: int | None = Field(None, ge=1, description="With tools: tool-calling turns at most "
+                                                    "per completion (None: until the completion budget).")
 
     @field_validator("scale_rewards", mode="before")
     @classmethod
@@ -230,6 +221,9 @@ class Recipe(Section):
     quantization: QuantizationSection | None = None
     data: DataSection = Field(default_factory=DataSection)
     rewards: list[RewardSpec] = Field(default_factory=list, description="Required to train; evaluation reads none.")
+    tools: list[ToolSpec] = Field(default_factory=list, description="Functions the model may call in a completion.")
+    environment: EnvironmentSpec | None = Field(None, description="A class whose reset(**row) starts each rollout "
+                                                "and whose public methods are tools (TRL's environment_factory).")
     grpo: GRPOSection = Field(default_factory=GRPOSection)
     training: TrainingSection = Field(default_factory=TrainingSection)
     eval: EvalSection = Field(default_factory=EvalSection)
@@ -240,7 +234,7 @@ class Recipe(Section):
 
     _source: Path | None = PrivateAttr(None)
 
-    @field_validator("rewards", mode="before")
+    @field_validator("rewards", "tools", mode="before")
     @classmethod
     def _bare_names(cls, value: Any) -> Any:
         if isinstance(value, list):

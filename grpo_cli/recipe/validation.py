@@ -12,6 +12,7 @@ from pydantic import BaseModel, ValidationError
 
 from grpo_cli.errors import Problem, UserError
 from grpo_cli.recipe.checks import path_problems, reward_problems, trl_problems
+from grpo_cli.recipe.tool_checks import tool_problems
 from grpo_cli.recipe.precision import BY_WEIGHTS
 from grpo_cli.recipe.schema import Recipe, generation_batch
 from grpo_cli.recipe.yaml_source import (
@@ -21,9 +22,9 @@ from grpo_cli.recipe.yaml_source import (
 Scope = Literal["train", "preflight", "eval", "plan", "export"]
 # What each command reads, beyond the model it always names. train (and validate) checks everything.
 SCOPES: dict[str, frozenset[str]] = {
-    "train": frozenset({"data", "eval_data", "rewards", "trl", "launch"}),
-    "preflight": frozenset({"data", "rewards", "trl"}),
-    "eval": frozenset({"eval_data"}),
+    "train": frozenset({"data", "eval_data", "rewards", "tools", "trl", "launch"}),
+    "preflight": frozenset({"data", "rewards", "tools", "trl"}),
+    "eval": frozenset({"eval_data", "tools"}),
     "plan": frozenset(),
     "export": frozenset(),
 }
@@ -54,6 +55,7 @@ def load_recipe(file: str | Path | None, overrides: list[str] | None = None, *, 
 
     # Files and rewards are checked on the raw YAML so their problems are listed with the schema's.
     found = path_problems(data, reads) + (reward_problems(data) if "rewards" in reads else [])
+    found += tool_problems(data) if "tools" in reads else []
     try:
         recipe = Recipe.model_validate(data)
     except ValidationError as exc:

@@ -17,6 +17,7 @@ import threading
 from contextlib import contextmanager
 from typing import Any, Callable, Iterator
 
+from grpo_cli.tools.calls import batch_metrics, transcript
 from rewards.answers import completion_text
 
 
@@ -26,8 +27,9 @@ class RewardFailure(Exception):
 
 class GuardedReward:
     def __init__(self, func: Callable[..., Any], timeout_s: float | None = None, warn: Callable[[str], None] = print,
-                 record: bool = False):
+                 record: bool = False, tool_names: set[str] | None = None):
         self.func = func
+        self.tool_names = tool_names  # with tools: the recording reward also logs the malformed-call figures
         self.__name__ = getattr(func, "__name__", type(func).__name__)
         self.timeout_s = timeout_s
         self.warn = warn
@@ -54,8 +56,13 @@ class GuardedReward:
         values = self._numbers(values, step)
         if self.record:
             answers = columns.get("answer") or [None] * expected
-            self.latest = [{"prompt": _last_user_message(p), "completion": completion_text(c), "answer": a,
+            shown = transcript if self.tool_names is not None else completion_text  # with tools: calls and results
+            self.latest = [{"prompt": _last_user_message(p), "completion": shown(c), "answer": a,
                             self.__name__: v} for p, c, a, v in zip(prompts or [], completions or [], answers, values)]
+            log_metric = columns.get("log_metric")
+            if self.tool_names is not None and callable(log_metric):
+                for name, value in batch_metrics(completions or [], self.tool_names).items():
+                    log_metric(name, value)
         return values
 
     def _as_list(self, out: Any, step: str) -> list[Any]:

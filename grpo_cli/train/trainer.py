@@ -52,7 +52,8 @@ def build_trainer(recipe: Recipe, run_dir: Path, callbacks: list | None = None, 
 
     quiet_libraries()
     tokenizer = tokenizer or models.load_tokenizer(recipe)
-    prepared = data.prepare(recipe.data, tokenizer, seed=recipe.training.seed)
+    tools, environment_factory = _tools(recipe, tokenizer)
+    prepared = data.prepare(recipe.data, tokenizer, seed=recipe.training.seed, tools=tools)
     prepared.check_enough(recipe)  # before the model loads: too few usable rows for one step is refused here
     import torch
 
@@ -80,6 +81,8 @@ def build_trainer(recipe: Recipe, run_dir: Path, callbacks: list | None = None, 
         processing_class=tokenizer,
         peft_config=models.lora_config(recipe) if recipe.lora is not None else None,
         callbacks=callbacks,
+        tools=tools,
+        environment_factory=environment_factory,
     )
     trainer.zero_variance_mode, trainer.zero_variance_rounds = recipe.grpo.zero_variance_groups, recipe.grpo.zero_variance_rounds
     if frozen_weights.narrow(trainer, mixed) is None:  # else: generation under autocast, the adapter unmerged
@@ -98,6 +101,7 @@ def train(recipe: Recipe, resume: bool = False, console: Console | None = None) 
     from grpo_cli.train.phases import StepPhases
     from grpo_cli.train.model_card import write_model_card
     from grpo_cli.train.reward_guard import RewardFailure
+    from grpo_cli.tools.guard import EnvironmentFailure
     from grpo_cli.train.run_dir import FINAL_DIR
 
     # Under `accelerate launch` every rank runs this; only rank 0 talks, and the launcher made the run directory.
@@ -128,6 +132,8 @@ def train(recipe: Recipe, resume: bool = False, console: Console | None = None) 
             trainer.train(resume_from_checkpoint=str(checkpoint) if checkpoint else None)
     except RewardFailure as failure:
         raise UserError(f"{failure}; {_save_after_failure(trainer, recipe)}", path="rewards") from None
+    except EnvironmentFailure as failure:
+        raise UserError(f"{failure}; {_save_after_failure(trainer, recipe)}", path="environment") from None
     finally:
         interrupt.uninstall()
 
@@ -145,6 +151,18 @@ def train(recipe: Recipe, resume: bool = False, console: Console | None = None) 
     if final_dir:
         console.print(f"saved {'adapter' if recipe.lora else 'model'} to {final_dir}; plot with: grpo report {run_dir}")
     return TrainResult(run_dir, trainer.state.global_step, interrupt.requested, final_dir, displays[0].history)
+
+
+def _tools(recipe: Recipe, tokenizer) -> tuple[list | None, object | None]:
+    """The recipe's tools and environment factory, behind their guards, once the template is known to carry them."""
+    if not recipe.tools and recipe.environment is None:
+        return None, None
+    from grpo_cli.tools.registry import guarded_environment, guarded_tools
+    from grpo_cli.tools.template import check_tool_template
+
+    check_tool_template(tokenizer, recipe.model.name)
+    environment = guarded_environment(recipe.environment) if recipe.environment is not None else None
+    return guarded_tools(recipe.tools), environment
 
 
 def ram_warning(recipe: Recipe) -> list[str]:
@@ -180,7 +198,12 @@ def guarded_rewards(recipe: Recipe, warn=print) -> list:
     from grpo_cli.train.reward_guard import GuardedReward
     from rewards import resolve_rewards
 
-    return [GuardedReward(func, spec.timeout_s, warn, record=index == 0)
+    names = None
+    if recipe.tools or recipe.environment is not None:
+        from grpo_cli.tools.registry import tool_names
+
+        names = tool_names(recipe.tools, recipe.environment)
+    return [GuardedReward(func, spec.timeout_s, warn, record=index == 0, tool_names=names if index == 0 else None)
             for index, (func, spec) in enumerate(zip(resolve_rewards(recipe.rewards), recipe.rewards))]
 
 

@@ -1,0 +1,101 @@
+"""A tiny offline model that calls tools: TRL's Qwen2.5 chat template (so TRL parses its `<tool_call>` blocks), and a
+few supervised steps on conversations in which half the questions are answered through a calculator call and half
+directly. It learns both habits without telling the questions apart well, so it calls the tool on some problems and
+answers others at once, each in a well-formed way."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+SYSTEM = "Answer briefly."
+CALL_TEXT = '<tool_call>\n{"name": "calculator", "arguments": {"expression": "2 + 3"}}\n</tool_call>'
+ANSWER_TEXT = "#### 5"
+DIRECT_TEXT = "The answer is 7."
+
+
+def _tokenizer(directory: Path, rendered: list[str]):
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+    from trl.chat_template_utils import qwen2_5_chat_template
+
+    from grpo_cli.data import generate_problems
+
+    corpus = [row["question"] + "\n" + row["answer"] for row in generate_problems(200, seed=1)] + rendered * 3
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    tok.train_from_iterator(corpus, trainers.BpeTrainer(
+        vocab_size=2000, special_tokens=["<|endoftext|>", "<|im_start|>", "<|im_end|>"],
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
+    fast = PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<|im_end|>", pad_token="<|endoftext|>",
+                                   padding_side="left")
+    fast.chat_template = qwen2_5_chat_template
+    fast.save_pretrained(directory)
+    return fast
+
+
+def conversations(questions: list[str]) -> list[list[dict]]:
+    """What the model is taught: a call and an answer from its result, or (every other question) a direct answer."""
+    call = {"role": "assistant", "content": "", "tool_calls": [
+        {"type": "function", "function": {"name": "calculator", "arguments": {"expression": "2 + 3"}}}]}
+    out = []
+    for index, question in enumerate(questions):
+        head = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": question}]
+        if index % 2:
+            out.append(head + [{"role": "assistant", "content": DIRECT_TEXT}])
+        else:
+            out.append(head + [call, {"role": "tool", "name": "calculator", "content": "5"},
+                               {"role": "assistant", "content": ANSWER_TEXT}])
+    return out
+
+
+def build_tool_model(directory: Path, steps: int = 60) -> Path:
+    import torch
+    import torch.nn.functional as F
+    from transformers import AutoModelForCausalLM, LlamaConfig
+
+    from grpo_cli.data import generate_problems
+    from grpo_cli.tools.calculator import calculator
+
+    directory.mkdir(parents=True, exist_ok=True)
+    questions = [row["question"] for row in generate_problems(8, seed=3)]
+    chats = conversations(questions)
+    probe = _tokenizer(directory, [])  # a first tokenizer only to render the texts the real one is trained on
+    rendered = [probe.apply_chat_template(chat, tools=[calculator], tokenize=False) for chat in chats]
+    tokenizer = _tokenizer(directory, rendered)
+    config = LlamaConfig(vocab_size=len(tokenizer), hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=2048,
+                         tie_word_embeddings=True, eos_token_id=tokenizer.eos_token_id,
+                         pad_token_id=tokenizer.pad_token_id, bos_token_id=None)
+    torch.manual_seed(0)
+    model = AutoModelForCausalLM.from_config(config)
+    examples = [_example(tokenizer, chat, calculator) for chat in chats]
+    width = max(len(ids) for ids, _ in examples)
+    ids = torch.stack([F.pad(i, (0, width - len(i)), value=tokenizer.pad_token_id) for i, _ in examples])
+    labels = torch.stack([F.pad(lab, (0, width - len(lab)), value=-100) for _, lab in examples])
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    for _ in range(steps):
+        loss = model(input_ids=ids, labels=labels).loss
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad()
+    model.generation_config.eos_token_id = tokenizer.eos_token_id
+    model.generation_config.pad_token_id = tokenizer.pad_token_id
+    model.save_pretrained(directory)
+    return directory
+
+
+def _example(tokenizer, chat: list[dict], tool):
+    """Token ids of the whole conversation and labels that teach only the assistant's turns."""
+    import torch
+
+    ids = tokenizer.apply_chat_template(chat, tools=[tool], tokenize=True, return_dict=False)
+    labels = [-100] * len(ids)
+    for end in range(1, len(chat) + 1):
+        if chat[end - 1]["role"] != "assistant":
+            continue
+        start = len(tokenizer.apply_chat_template(chat[: end - 1], tools=[tool], tokenize=True, return_dict=False,
+                                                  add_generation_prompt=True))
+        stop = len(tokenizer.apply_chat_template(chat[:end], tools=[tool], tokenize=True, return_dict=False))
+        labels[start:stop] = ids[start:stop]
+    return torch.tensor(ids), torch.tensor(labels)
