@@ -25,6 +25,7 @@ from grpo_cli.errors import UserError
 from grpo_cli.eval.problems import chat_prompts, fewshot_pool, lm_eval_prompts, load_problems
 from grpo_cli.eval.scoring import FILTERS, behaviour, score, summarize
 from grpo_cli.eval.stats import paired_difference
+from grpo_cli.eval.tool_loop import tool_summary
 from grpo_cli.eval.store import COMPARISON, SUMMARY, PredictionStore
 from grpo_cli.recipe.schema import EvalSection, Recipe
 
@@ -61,6 +62,8 @@ def settings_of(recipe: Recipe, target: Target, compute_dtype: str | None = None
         **({"compute_dtype": compute_dtype} if compute_dtype not in (None, recipe.model.dtype) else {}),
         "source": ev.source, "config": ev.config, "split": ev.split, "protocol": ev.protocol,
         "max_new_tokens": max_new_tokens(ev),
+        **({"tools": [t.name for t in recipe.tools], "max_tool_calling_iterations": recipe.grpo.max_tool_calling_iterations,
+            **({"environment": recipe.environment.model_dump()} if recipe.environment else {})} if uses_tools(recipe) else {}),
         **({"num_fewshot": ev.num_fewshot, "fewshot_source": ev.fewshot_source, "fewshot_seed": ev.fewshot_seed}
            if ev.protocol == "lm-eval" else {"system_prompt": recipe.data.system_prompt, "chat": recipe.data.chat,
                  **({"answer_marker": recipe.data.answer_marker} if recipe.data.answer_marker != "tag" else {})}),
@@ -81,22 +84,24 @@ def evaluate(recipe: Recipe, target: Target, output: Path, display=None) -> Eval
     if todo:
         model_recipe = recipe.model_copy(update={"model": recipe.model.model_copy(update={"name": target.model})})
         generator, tokenizer = _generator(model_recipe, target, max_new_tokens(ev))
-        if ev.protocol == "lm-eval":
-            prompts = lm_eval_prompts(todo, pool, ev.num_fewshot, ev.fewshot_seed)  # draws as lm-eval's sampler
+        if uses_tools(recipe):
+            stream = _tool_stream(recipe, generator, tokenizer, todo)
+        elif ev.protocol == "lm-eval":  # few-shot examples drawn as lm-eval's sampler draws them
+            stream = generator.generate(lm_eval_prompts(todo, pool, ev.num_fewshot, ev.fewshot_seed), ev.batch_size)
         else:
-            prompts = chat_prompts(todo, recipe, tokenizer)
+            stream = generator.generate(chat_prompts(todo, recipe, tokenizer), ev.batch_size)
         if display:
             display.start(target.label, len(problems), done=[store.records[p.index] for p in problems
                                                              if p.index in store.records], unscorable=unscorable)
         started = time.perf_counter()
-        for batch in generator.generate(prompts, ev.batch_size):
+        for batch in stream:
             records = []
             for item in batch:
                 problem = todo[item.index]
                 records.append({"index": problem.index, "question": problem.question, "gold": problem.gold,
                                 "completion": item.text, **score(ev.protocol, item.text, problem, recipe.data.answer_marker),
-                                "new_tokens": item.new_tokens})
-                new_tokens += item.new_tokens
+                                "new_tokens": item.new_tokens, **getattr(item, "extra", {})})
+                new_tokens += getattr(item, "model_tokens", item.new_tokens)
             store.add(records)
             if display:
                 display.advance(records, time.perf_counter() - started)
@@ -108,10 +113,33 @@ def evaluate(recipe: Recipe, target: Target, output: Path, display=None) -> Eval
                "max_new_tokens": max_new_tokens(ev),
                "data": {"source": ev.source, "split": ev.split, "limit": ev.limit, "unscorable": unscorable},
                **summarize(scored, wall, len(todo), new_tokens, max_new_tokens(ev))}
+    tools = tool_summary(scored)
+    if tools is not None:
+        summary["tools"] = tools
     if not todo:  # nothing generated now (a finished evaluation reused): keep the last generating session's timing
         summary["session"] = _previous_session(output) or summary["session"]
     (output / SUMMARY).write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
     return EvalResult(output, summary, {p.index: store.records[p.index] for p in problems})
+
+
+def uses_tools(recipe: Recipe) -> bool:
+    return bool(recipe.tools) or recipe.environment is not None
+
+
+def _tool_stream(recipe: Recipe, generator, tokenizer, todo: list):
+    """The problems through the tool loop, with the recipe's tools and environment behind their guards."""
+    from grpo_cli.data import build_prompt
+    from grpo_cli.eval.tool_loop import ToolLoop
+    from grpo_cli.tools.registry import guarded_environment, guarded_tools
+    from grpo_cli.tools.template import check_tool_template
+
+    check_tool_template(tokenizer, recipe.model.name)
+    environment = guarded_environment(recipe.environment) if recipe.environment is not None else None
+    loop = ToolLoop(generator, tokenizer, guarded_tools(recipe.tools), environment, max_new_tokens(recipe.eval),
+                    recipe.grpo.max_tool_calling_iterations)
+    examples = [{"index": k, "prompt": build_prompt(p.question, recipe.data.system_prompt, True), "question": p.question,
+                 "answer": p.gold} for k, p in enumerate(todo)]
+    return loop.run(examples, recipe.eval.batch_size)
 
 
 def _previous_session(output: Path) -> dict | None:
@@ -147,7 +175,7 @@ def _generator(recipe: Recipe, target: Target, budget: int):
     tokenizer = load_tokenizer(recipe)
     stops = LM_EVAL_STOPS if recipe.eval.protocol == "lm-eval" else []
     dtype = compute_dtype(recipe)
-    if vllm_available() and recipe.quantization is None:
+    if vllm_available() and recipe.quantization is None and not uses_tools(recipe):  # the tool loop needs token ids
         return VLLMGenerator(resolve_model_path(recipe.model.name), tokenizer, budget, stops, dtype,
                              target.adapter, recipe.model.trust_remote_code), tokenizer
     narrower = dtype != recipe.model.dtype

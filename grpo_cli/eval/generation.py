@@ -8,8 +8,11 @@ out-of-memory shows up in the first batch, not after an hour). A sequence stops 
 from __future__ import annotations
 
 import importlib.util
-from dataclasses import dataclass
-from typing import Iterator
+from dataclasses import dataclass, field
+from typing import Iterator, Union
+
+# A prompt is text, or token ids (the tool loop continues a conversation from its exact tokens).
+Prompt = Union[str, list[int]]
 
 
 @dataclass
@@ -17,6 +20,8 @@ class Generated:
     index: int  # position in the caller's prompt list
     text: str  # decoded, cut at the first stop string
     new_tokens: int
+    tokens: list[int] = field(default_factory=list)  # the new token ids, without the end-of-sequence token
+    stopped: bool = False  # ended with the end-of-sequence token (not at the budget or a stop string)
 
 
 def longest_first(lengths: list[int], texts: list[str] | None = None) -> list[int]:
@@ -55,28 +60,41 @@ class HFGenerator:
         self.max_context = None if max_length is None else max(1, max_length - max_new_tokens)
         self.finished_ids = {t for t in (tokenizer.eos_token_id, tokenizer.pad_token_id) if t is not None}
 
-    def prompt_lengths(self, prompts: list[str]) -> list[int]:
-        return [len(ids) for ids in self.tokenizer(prompts, add_special_tokens=False)["input_ids"]]
+    def token_ids(self, prompts: list[Prompt]) -> list[list[int]]:
+        texts = [p for p in prompts if isinstance(p, str)]
+        encoded = iter(self.tokenizer(texts, add_special_tokens=False)["input_ids"] if texts else [])
+        return [next(encoded) if isinstance(p, str) else list(p) for p in prompts]
 
-    def _encode(self, texts: list[str]):
+    def prompt_lengths(self, prompts: list[Prompt]) -> list[int]:
+        return [len(ids) for ids in self.token_ids(prompts)]
+
+    def _encode(self, prompts: list[Prompt]):
         """Left-padded ids and mask on the model's device, left-truncated to the context budget."""
-        encoded = self.tokenizer(texts, return_tensors="pt", padding=True, add_special_tokens=False)
-        ids, mask = encoded["input_ids"], encoded["attention_mask"]
+        import torch
+
+        rows = self.token_ids(prompts)
+        width = max(len(r) for r in rows)
+        pad = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
+        ids = torch.tensor([[pad] * (width - len(r)) + r for r in rows], dtype=torch.long)
+        mask = torch.tensor([[0] * (width - len(r)) + [1] * len(r) for r in rows], dtype=torch.long)
         if self.max_context is not None and ids.shape[1] > self.max_context:
             ids, mask = ids[:, -self.max_context :], mask[:, -self.max_context :]
         return ids.to(self.model.device), mask.to(self.model.device)
 
-    def generate(self, prompts: list[str], batch_size: int) -> Iterator[list[Generated]]:
-        """Yields one list per batch, in batch order (callers record results as they come)."""
+    def generate(self, prompts: list[Prompt], batch_size: int, budgets: list[int] | None = None,
+                 ) -> Iterator[list[Generated]]:
+        """Yields one list per batch, in batch order (callers record results as they come). `budgets`: new tokens
+        per prompt, when they differ (default: max_new_tokens for all)."""
         import torch
 
-        for batch in length_sorted_batches(self.prompt_lengths(prompts), batch_size, prompts):
+        budgets = budgets or [self.max_new_tokens] * len(prompts)
+        for batch in length_sorted_batches(self.prompt_lengths(prompts), batch_size, _sort_texts(prompts)):
             input_ids, attention_mask = self._encode([prompts[i] for i in batch])
             with torch.inference_mode():
                 output = self.model.generate(
                     input_ids=input_ids,
                     attention_mask=attention_mask,
-                    max_new_tokens=self.max_new_tokens,
+                    max_new_tokens=max(budgets[i] for i in batch),
                     do_sample=False,
                     temperature=None, top_p=None, top_k=None,  # greedy: silence sampling defaults from the config
                     stop_strings=[s for s in self.stops if s] or None,
@@ -84,7 +102,13 @@ class HFGenerator:
                     pad_token_id=self.tokenizer.pad_token_id,
                 )
             new = output[:, input_ids.shape[1] :].tolist()
-            yield [Generated(i, self._text(tokens), self._count(tokens)) for i, tokens in zip(batch, new)]
+            yield [self._generated(i, tokens[: budgets[i]]) for i, tokens in zip(batch, new)]
+
+    def _generated(self, index: int, tokens: list[int]) -> Generated:
+        count = self._count(tokens)
+        stopped = bool(count) and tokens[count - 1] == self.tokenizer.eos_token_id
+        kept = tokens[: count - stopped]
+        return Generated(index, self._text(kept), count, kept, stopped)
 
     def _text(self, tokens: list[int]) -> str:
         return cut_at_stops(self.tokenizer.decode(tokens, skip_special_tokens=True), self.stops)
@@ -117,25 +141,28 @@ class ContinuousGenerator(HFGenerator):
         self.eos_id = self.tokenizer.eos_token_id
         self.longest_stop = max((len(s) for s in self.stops if s), default=0)
 
-    def generate(self, prompts: list[str], batch_size: int) -> Iterator[list[Generated]]:
+    def generate(self, prompts: list[Prompt], batch_size: int, budgets: list[int] | None = None,
+                 ) -> Iterator[list[Generated]]:
         import torch
 
+        budgets = budgets or [self.max_new_tokens] * len(prompts)
         lengths = self.prompt_lengths(prompts)
-        queue = longest_first(lengths, prompts)
+        queue = longest_first(lengths, _sort_texts(prompts))
         running = _Batch()
         with torch.inference_mode():
             while queue or running.rows:
                 room = batch_size - len(running.rows)
                 if queue and room > 0 and (room >= min(self.prefill_group, len(queue)) or not running.rows):
                     group, queue = queue[: min(room, self.prefill_group)], queue[min(room, self.prefill_group) :]
-                    running.join(self._prefill(group, prompts))
+                    running.join(self._prefill(group, prompts, budgets))
                 else:
                     self._step(running)
                 done = running.pop_finished()
                 if done:
-                    yield [Generated(row.index, self._text(row.tokens), len(row.tokens)) for row in done]
+                    yield [Generated(row.index, self._text(row.tokens), len(row.tokens), row.tokens, row.stopped)
+                           for row in done]
 
-    def _prefill(self, group: list[int], prompts: list[str]) -> "_Batch":
+    def _prefill(self, group: list[int], prompts: list[Prompt], budgets: list[int]) -> "_Batch":
         from transformers import DynamicCache
 
         ids, mask = self._encode([prompts[i] for i in group])
@@ -144,7 +171,7 @@ class ContinuousGenerator(HFGenerator):
         logits = self.model(input_ids=ids, attention_mask=mask, position_ids=positions, past_key_values=cache,
                             use_cache=True, logits_to_keep=1).logits[:, -1, :]
         batch = _Batch(cache=cache, mask=mask, next_position=mask.sum(-1),
-                       rows=[_Row(i) for i in group], last=logits.argmax(-1))
+                       rows=[_Row(i, budgets[i]) for i in group], last=logits.argmax(-1))
         self._record(batch)
         return batch
 
@@ -162,10 +189,10 @@ class ContinuousGenerator(HFGenerator):
         """Append each row's new token and decide whether the row is finished."""
         for row, token in zip(batch.rows, batch.last.tolist()):
             if token == self.eos_id:
-                row.finished = True
+                row.finished = row.stopped = True
                 continue
             row.tokens.append(token)
-            if len(row.tokens) >= self.max_new_tokens:
+            if len(row.tokens) >= row.budget:
                 row.finished = True
             elif self.longest_stop:
                 # Decode only the tail that could hold a newly completed stop string.
@@ -174,10 +201,10 @@ class ContinuousGenerator(HFGenerator):
 
 
 class _Row:
-    def __init__(self, index: int):
-        self.index = index
+    def __init__(self, index: int, budget: int):
+        self.index, self.budget = index, budget
         self.tokens: list[int] = []
-        self.finished = False
+        self.finished = self.stopped = False
 
 
 class _Batch:
@@ -226,6 +253,11 @@ class _Batch:
         else:
             self.cache = self.mask = self.next_position = self.last = None
         return done
+
+
+def _sort_texts(prompts: list[Prompt]) -> list[str] | None:
+    """Tie-breaking keys for the length sort: the texts (lm-eval's order), or none for token-id prompts."""
+    return [p if isinstance(p, str) else "" for p in prompts]
 
 
 def supports_continuous_batching(model) -> bool:
