@@ -178,6 +178,20 @@ def cross_field_problems(recipe: Recipe) -> list[tuple[KeyPath, str]]:
         out.append((("trl", "generation_batch_size"), "set generation_batch_size or steps_per_generation, not both"))
     out += _batch_problems(recipe)
     out += _distributed_problems(recipe)
+    out += _tool_use_problems(recipe)
+    return out
+
+
+def _tool_use_problems(recipe: Recipe) -> list[tuple[KeyPath, str]]:
+    """Tools live in chat messages: a plain-text prompt or lm-eval's few-shot text has nowhere to put a call."""
+    if not recipe.tools and recipe.environment is None:
+        return []
+    out: list[tuple[KeyPath, str]] = []
+    if not recipe.data.chat:
+        out.append((("data", "chat"), "tools need chat messages (the chat template renders them); set data.chat: true"))
+    if recipe.eval.protocol == "lm-eval":
+        out.append((("eval", "protocol"), "lm-eval's protocol is few-shot plain text with no tools; use "
+                                          "eval.protocol: chat with tools"))
     return out
 
 
