@@ -54,3 +54,30 @@ def test_tool_results_are_in_the_next_turn_and_out_of_the_loss(tmp_path, tool_mo
         tool_part = tokenizer.decode(ids[mask == 0])
         assert "<tool_response>\n5\n</tool_response>" in tool_part
         assert "<tool_call>" in tokenizer.decode(ids[(mask == 1) & (torch.arange(len(ids)) < (mask == 0).nonzero()[0])])
+
+
+def test_an_environment_supplies_the_tool_and_a_reward(tmp_path, tool_model):
+    sections = {**TOOL_SECTIONS, "tools": None, "environment": {"name": f"{ASSETS / 'tool_env.py'}:CountingCalculator",
+                                                                 "kwargs": {"offset": 100}}}
+    recipe = load_recipe(write_recipe(tmp_path, tool_model, **sections))
+    result = train(recipe)
+    assert result.global_step == 2
+    metrics = [json.loads(line) for line in (result.run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert any(m["tools/call_frequency"] > 0 for m in metrics)
+    assert all("rewards/CountingCalculator/mean" in m for m in metrics)  # get_reward is a reward source
+    samples = (result.run_dir / "samples.jsonl").read_text()
+    assert "<tool_response>\\n105\\n</tool_response>" in samples  # the environment's own method answered
+
+
+def test_a_template_without_tools_is_refused_before_loading(tmp_path, tiny_llama):
+    from typer.testing import CliRunner
+
+    from grpo_cli.cli import app
+
+    recipe = write_recipe(tmp_path, tiny_llama, tools=["calculator"])
+    for command in (["train"], ["preflight"], ["eval", "--limit", "2", "--data", "generated"]):
+        result = CliRunner().invoke(app, [*command, str(recipe)])
+        assert result.exit_code == 2, (command, result.output)
+        assert "cannot render tool calls" in result.output and str(tiny_llama) in result.output
+        assert "Traceback" not in result.output
+    assert not (tmp_path / "run" / "metrics.jsonl").exists() and not any(tmp_path.glob("**/predictions.jsonl"))

@@ -78,11 +78,16 @@ def evaluate(recipe: Recipe, target: Target, output: Path, display=None) -> Eval
     quiet_libraries()  # dataset-loading bars and hub retry warnings would sit above our own progress
     problems, unscorable = load_problems(ev)
     pool = fewshot_pool(ev) if ev.protocol == "lm-eval" and ev.num_fewshot else []  # its errors come before any file
+    model_recipe = recipe.model_copy(update={"model": recipe.model.model_copy(update={"name": target.model})})
+    if uses_tools(recipe):  # before any file is written or weight loaded
+        from grpo_cli.models import load_tokenizer
+        from grpo_cli.tools.template import check_tool_template
+
+        check_tool_template(load_tokenizer(model_recipe), target.model)
     store = PredictionStore(output, settings_of(recipe, target, compute_dtype(recipe)))
     todo = [p for p in problems if p.index not in store.records]
     wall, new_tokens = 0.0, 0
     if todo:
-        model_recipe = recipe.model_copy(update={"model": recipe.model.model_copy(update={"name": target.model})})
         generator, tokenizer = _generator(model_recipe, target, max_new_tokens(ev))
         if uses_tools(recipe):
             stream = _tool_stream(recipe, generator, tokenizer, todo)
