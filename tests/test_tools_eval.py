@@ -10,7 +10,7 @@ from typer.testing import CliRunner
 from conftest import write_recipe
 from grpo_cli.cli import app
 from grpo_cli.eval.generation import ContinuousGenerator
-from grpo_cli.eval.tool_loop import ToolLoop
+from grpo_cli.tools.loop import ToolLoop
 from grpo_cli.recipe.validation import load_recipe
 from grpo_cli.tools.registry import guarded_tools
 from grpo_cli.train.trainer import build_trainer
@@ -62,10 +62,22 @@ def test_grpo_eval_with_tools_records_calls_and_resumes(tmp_path, tool_model):
     assert all({"tool_calls", "tools", "transcript"} <= set(r) for r in records)
     assert any(r["tools"]["calls"] for r in records)
     summary = json.loads((out / "summary.json").read_text())
-    assert summary["tools"]["calls_per_problem"] == sum(r["tools"]["calls"] for r in records) / 6
-    assert {"failure_rate", "malformed_per_problem", "turns_per_problem"} <= set(summary["tools"])
+    assert summary["tools"]["calls_per_completion"] == sum(r["tools"]["calls"] for r in records) / 6
+    assert {"failure_rate", "malformed_per_completion", "turns_per_completion"} <= set(summary["tools"])
     again = runner.invoke(app, ["eval", str(recipe), "--limit", "6", "--output", str(out), "--json"])
     assert again.exit_code == 0, again.output
     assert [json.loads(line) for line in (out / "predictions.jsonl").read_text().splitlines()] == records
     other = runner.invoke(app, ["eval", str(recipe), "--limit", "6", "--output", str(out), "grpo.max_tool_calling_iterations=1"])
     assert other.exit_code == 2 and "other settings" in other.output
+
+
+def test_preflight_reports_the_tool_figures_of_sampled_groups(tmp_path, tool_model):
+    recipe = tool_recipe(tmp_path, tool_model, grpo={"num_generations": 4, "max_completion_length": BUDGET,
+                                                     "temperature": 0.7, "max_tool_calling_iterations": 2})
+    result = runner.invoke(app, ["preflight", str(recipe), "--json", "--prompts", "6"])
+    assert result.exit_code == 0, result.output
+    tools = json.loads(result.stdout)["tools"]
+    assert tools["calls_per_completion"] > 0 and tools["turns_per_completion"] > 1
+    assert 0 <= tools["failure_rate"] <= 1 and 0 <= tools["completions_with_malformed"] <= 1
+    shown = runner.invoke(app, ["preflight", str(recipe), "--prompts", "6"])
+    assert shown.exit_code == 0 and "calls per completion" in shown.output

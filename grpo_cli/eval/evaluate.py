@@ -25,7 +25,7 @@ from grpo_cli.errors import UserError
 from grpo_cli.eval.problems import chat_prompts, fewshot_pool, lm_eval_prompts, load_problems
 from grpo_cli.eval.scoring import FILTERS, behaviour, score, summarize
 from grpo_cli.eval.stats import paired_difference
-from grpo_cli.eval.tool_loop import tool_summary
+from grpo_cli.tools.loop import tool_summary
 from grpo_cli.eval.store import COMPARISON, SUMMARY, PredictionStore
 from grpo_cli.recipe.schema import EvalSection, Recipe
 
@@ -134,7 +134,7 @@ def uses_tools(recipe: Recipe) -> bool:
 def _tool_stream(recipe: Recipe, generator, tokenizer, todo: list):
     """The problems through the tool loop, with the recipe's tools and environment behind their guards."""
     from grpo_cli.data import build_prompt
-    from grpo_cli.eval.tool_loop import ToolLoop
+    from grpo_cli.tools.loop import ToolLoop
     from grpo_cli.tools.registry import guarded_environment, guarded_tools
     from grpo_cli.tools.template import check_tool_template
 

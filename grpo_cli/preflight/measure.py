@@ -31,8 +31,11 @@ def calibration_recipe(recipe: Recipe, tokenizer, work: Path) -> Recipe:
     """The same recipe on fixed-length prompts, full-length completions, no checkpoint saving, 2 steps."""
     from grpo_cli.data import build_prompt, prompt_length
 
+    from grpo_cli.tools.registry import guarded_tools
+
     data_file = fixed_length_data(work)
-    length = prompt_length(tokenizer, build_prompt(PROMPT, recipe.data.system_prompt, recipe.data.chat))
+    tools = guarded_tools(recipe.tools) if recipe.tools else None  # rendered into every prompt
+    length = prompt_length(tokenizer, build_prompt(PROMPT, recipe.data.system_prompt, recipe.data.chat), tools)
     update = recipe.model_dump()
     update["data"].update(source=str(data_file), config=None, max_prompt_length=length, limit=None, shuffle_seed=None,
                           prompt_column="question", answer_column="answer", answer_format="gsm8k")

@@ -130,6 +130,7 @@ def advise(result: Preflight, arch, hours: float) -> list[Advice]:
         if stats.failed:
             out.append(Advice(f"reward {stats.name} failed on {stats.failed} of {groups.completions} completions "
                               f"({stats.error or 'returned None'}); TRL counts those as missing values"))
+    out += _tool_advice(groups.tools, groups.completions)
     if groups.truncated_share >= MOSTLY:
         has_length_reward = any(spec.name == "length_target" for spec in recipe.rewards)
         remedy = ("give them room, or leave it to the length_target reward to teach stopping" if has_length_reward
@@ -141,4 +142,22 @@ def advise(result: Preflight, arch, hours: float) -> list[Advice]:
         per_step = result.eta_s / max(1, result.total_steps)
         out.append(Advice(f"about {result.eta_s / 3600:.1f} h for {result.total_steps} steps, over {hours:g} h: "
                           f"stop at what fits", {"training.max_steps": max(1, math.floor(hours * 3600 / per_step))}))
+    return out
+
+
+def _tool_advice(tools: dict | None, completions: int) -> list[Advice]:
+    """GRPO can only reinforce tool calls the model samples: say when it makes none, or only unreadable ones."""
+    if tools is None:
+        return []
+    out: list[Advice] = []
+    if tools["calls_per_completion"] == 0:
+        tried = tools["completions_with_malformed"]
+        what = (f"it tried in {tried:.0%} of them, in a form the template's parser does not read (see samples)"
+                if tried else "it never tried")
+        out.append(Advice(f"no tool was called in {completions} sampled completions ({what}): GRPO cannot reinforce "
+                          "a call it never samples; ask for the tool in data.system_prompt, sample more diversely, or "
+                          "teach the call format first (supervised fine-tuning)"))
+    elif tools["failure_rate"] >= MOSTLY:
+        out.append(Advice(f"{tools['failure_rate']:.0%} of tool calls failed: read the errors the model received in a "
+                          "short run's samples.jsonl (wrong arguments, timeouts) and fix the tool or its description"))
     return out

@@ -38,6 +38,7 @@ def preflight_json(result: Preflight) -> dict[str, Any]:
         "mean_completion_tokens": round(s.mean_completion_tokens, 1),
         "rewards": [{"name": r.name, "weight": r.weight, "mean": r.mean, "std": r.std, "min": r.min, "max": r.max,
                      "failed": r.failed, "error": r.error} for r in s.rewards],
+        "tools": s.tools,
         "advice": [{"reason": a.reason, "overrides": override_args(a.changes)} for a in result.advice],
         "seconds": round(result.seconds, 1),
     }
@@ -68,6 +69,11 @@ def print_preflight(console, result: Preflight, command: str) -> None:
     console.print(f"[bold]signal[/] {s.prompts} prompts x {result.recipe.grpo.num_generations} completions: "
                   f"{s.zero_variance_share:.0%} of groups without reward variance, {s.truncated_share:.0%} cut at the "
                   f"budget, mean length {s.mean_completion_tokens:.0f} tokens")
+    if s.tools is not None:
+        t = s.tools
+        console.print(f"[bold]tools[/]  {t['calls_per_completion']:.2f} calls per completion ({t['completions_with_calls']:.0%} "
+                      f"call), {t['failure_rate']:.0%} of calls failed, malformed attempts in "
+                      f"{t['completions_with_malformed']:.0%} of completions, {t['turns_per_completion']:.1f} turns each")
     table = Table(box=None, pad_edge=False)
     for column in ("reward", "weight", "mean", "std", "min", "max", "failed"):
         table.add_column(column, justify="left" if column == "reward" else "right")

@@ -1,4 +1,5 @@
-"""`grpo eval` with tools: the loop TRL runs in training (`GRPOTrainer._tool_call_loop`), on eval's own engine.
+"""The tool loop TRL runs in training (`GRPOTrainer._tool_call_loop`), on our own generation engines: `grpo eval`'s
+(greedy, continuous batching) and preflight's sampler.
 
 A finished turn is parsed with TRL's parser for the template; its calls run behind the same guards as in training; the
 results are appended as TRL appends them (the template's tool-response tokens, computed from a dummy conversation as
@@ -48,6 +49,7 @@ class ToolLoopResult:
     model_tokens: int
     extra: dict[str, Any]
     completion_ids: list[int]
+    messages: list[dict]  # the completion as TRL hands it to rewards: assistant and tool messages
 
 
 class ToolLoop:
@@ -186,20 +188,21 @@ class ToolLoop:
                            "turns": counted.turns}}
         return ToolLoopResult(conversation.index, completion_text(conversation.completion),
                               len(conversation.completion_ids), conversation.model_tokens, extra,
-                              conversation.completion_ids)
+                              conversation.completion_ids, conversation.completion)
 
 
 def tool_summary(records: list[dict[str, Any]]) -> dict[str, float] | None:
-    """Calls, failures, malformed attempts and turns per problem, for summary.json; None without tools."""
+    """Calls, failures, malformed attempts and turns per completion (eval has one per problem), for summary.json and
+    preflight; None without tools."""
     figures_of = [r["tools"] for r in records if isinstance(r.get("tools"), dict)]
     if not figures_of:
         return None
     n = len(figures_of)
     calls = sum(f["calls"] for f in figures_of)
-    return {"problems_with_calls": sum(f["calls"] > 0 for f in figures_of) / n,
-            "calls_per_problem": calls / n,
+    return {"completions_with_calls": sum(f["calls"] > 0 for f in figures_of) / n,
+            "calls_per_completion": calls / n,
             "failure_rate": sum(f["failures"] for f in figures_of) / calls if calls else 0.0,
-            "malformed_per_problem": sum(f["malformed"] for f in figures_of) / n,
-            "problems_with_malformed": sum(f["malformed"] > 0 for f in figures_of) / n,
-            "turns_per_problem": sum(f["turns"] for f in figures_of) / n}
+            "malformed_per_completion": sum(f["malformed"] for f in figures_of) / n,
+            "completions_with_malformed": sum(f["malformed"] > 0 for f in figures_of) / n,
+            "turns_per_completion": sum(f["turns"] for f in figures_of) / n}
 
