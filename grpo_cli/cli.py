@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 import json
-from contextlib import contextmanager
 from pathlib import Path
-from typing import Annotated, Iterator, Optional
+from typing import Annotated, Optional
 
 import typer
 
 from grpo_cli import __version__
-from grpo_cli.errors import UserError
+from grpo_cli.cli_parts import OverridesArg, RecipeArg, examples, user_errors
+from grpo_cli.cli_recipes import recipes_app
 
 app = typer.Typer(
     help="Fine-tune language models with GRPO from YAML recipes: plan memory, train with TRL, evaluate.",
@@ -19,18 +19,7 @@ app = typer.Typer(
     rich_markup_mode="markdown",
     pretty_exceptions_enable=False,
 )
-recipes_app = typer.Typer(help="List and copy the shipped recipes.", no_args_is_help=True)
 app.add_typer(recipes_app, name="recipes")
-
-def examples(*lines: str) -> str:
-    """A command's help epilog: each example command, with what it does after a `|`."""
-    shown = [f"`{cmd}`" + (f"  ({note})" if note else "") for cmd, _, note in (line.partition("|") for line in lines)]
-    return "**Examples**\n\n" + "\n\n".join(shown)
-
-
-RecipeArg = Annotated[Path, typer.Argument(help="Recipe YAML file.", show_default=False)]
-OverridesArg = Annotated[Optional[list[str]], typer.Argument(
-    help="key.path=value overrides, validated like the file (e.g. training.max_steps=20).", show_default=False)]
 
 
 def entry() -> None:
@@ -42,17 +31,6 @@ def entry() -> None:
 
     prepare_process(sys.argv[1:])
     app(prog_name="grpo")
-
-
-@contextmanager
-def user_errors() -> Iterator[None]:
-    """Turn a user's mistake into one line per problem and exit code 2, never a traceback."""
-    try:
-        yield
-    except UserError as exc:
-        for problem in exc.problems:
-            typer.echo(str(problem), err=True)
-        raise typer.Exit(exc.exit_code) from None
 
 
 def _version(value: bool) -> None:
@@ -130,15 +108,17 @@ def plan(
     from rich.console import Console
 
     from grpo_cli.plan.fit import plan_recipe
-    from grpo_cli.plan.view import plan_json, print_plan
+    from grpo_cli.plan.view import budget_notes, plan_json, print_plan
     from grpo_cli.recipe.validation import load_recipe
 
     with user_errors():
-        result, suggestions, gpu_label = plan_recipe(load_recipe(recipe, overrides, scope="plan"), gpu, device, ram)
+        loaded = load_recipe(recipe, overrides, scope="plan")
+        result, suggestions, gpu_label = plan_recipe(loaded, gpu, device, ram)
+    notes = budget_notes(loaded)
     if as_json:
-        typer.echo(json.dumps(plan_json(result, suggestions, gpu_label), indent=2))
+        typer.echo(json.dumps(plan_json(result, suggestions, gpu_label, notes), indent=2))
     else:
-        print_plan(Console(soft_wrap=False), result, suggestions, gpu_label, _train_command(recipe, overrides))
+        print_plan(Console(soft_wrap=False), result, suggestions, gpu_label, _train_command(recipe, overrides), notes)
 
 
 @app.command(
@@ -273,28 +253,3 @@ def schema(
         check_writable_file(output)
         output.write_text(text + "\n", encoding="utf-8")
     typer.echo(f"wrote {output}", err=True)
-
-
-@recipes_app.command("list", epilog=examples("grpo recipes list"))
-def recipes_list() -> None:
-    """Show the shipped recipes and the command each one opens with."""
-    from rich.console import Console
-
-    from grpo_cli.recipe.catalog import recipes_table
-
-    Console(soft_wrap=True).print(recipes_table())
-
-
-@recipes_app.command("cp", epilog=examples("grpo recipes cp demo my_demo.yaml", "grpo recipes cp qwen2.5/0.5b_lora configs/"))
-def recipes_cp(
-    name: Annotated[str, typer.Argument(help="Recipe name from `grpo recipes list`.")],
-    dest: Annotated[Path, typer.Argument(help="File or existing directory to copy into.")],
-    force: Annotated[bool, typer.Option("--force", help="Overwrite an existing file.")] = False,
-) -> None:
-    """Copy a shipped recipe so you can edit your own version."""
-    from grpo_cli.recipe.catalog import copy_recipe
-
-    with user_errors():
-        target = copy_recipe(name, dest, force)
-    typer.echo(f"copied {name} to {target}")
-

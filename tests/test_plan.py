@@ -182,3 +182,13 @@ def test_lora_under_autocast_counts_frozen_linears_once_cast():
     assert cast == arch.linear_params * 2 + (arch.params - arch.linear_params) * 4
     full = plan_for(recipe, "model.dtype=float32", "model.mixed_precision=bf16").term("weights").bytes
     assert full == arch.params * 4  # full fine-tuning trains them: float32 masters
+
+
+def test_plan_says_tool_results_share_the_completion_budget():
+    with_tools = ROOT / "recipes/gsm8k/qwen2.5_coder_0.5b_calculator_cpu.yaml"
+    without = ROOT / "recipes/gsm8k/qwen2.5_coder_0.5b_cpu.yaml"
+    notes = json.loads(runner.invoke(app, ["plan", str(with_tools), "--gpu", "24GB", "--json"]).stdout)["notes"]
+    assert len(notes) == 1 and "max_completion_length (512 tokens" in notes[0] and "up to 4" in notes[0]
+    assert json.loads(runner.invoke(app, ["plan", str(without), "--gpu", "24GB", "--json"]).stdout)["notes"] == []
+    table = runner.invoke(app, ["plan", str(with_tools), "grpo.max_tool_calling_iterations=null", "--gpu", "24GB"])
+    assert table.exit_code == 0 and "any number of tool-calling turns" in " ".join(table.output.split())

@@ -22,7 +22,19 @@ def override_args(changes: dict[str, Any]) -> list[str]:
     return [format_override(key, value) for key, value in changes.items()]
 
 
-def plan_json(plan: Plan, suggestions: list[tuple[str, dict, float]], gpu_label: str | None) -> dict[str, Any]:
+def budget_notes(recipe) -> list[str]:
+    """What the plan's lengths include that a user may not expect; tool use is the one case today."""
+    if not (recipe.tools or recipe.environment):
+        return []
+    turns = recipe.grpo.max_tool_calling_iterations
+    return [f"tools: the model's turns and the tool results share grpo.max_completion_length "
+            f"({recipe.grpo.max_completion_length} tokens; TRL drops a result that would overflow it), so the peak "
+            f"above covers tool use at {'up to ' + str(turns) if turns else 'any number of'} tool-calling turns; the "
+            "tool descriptions rendered into the prompt count against data.max_prompt_length"]
+
+
+def plan_json(plan: Plan, suggestions: list[tuple[str, dict, float]], gpu_label: str | None,
+              notes: list[str] = ()) -> dict[str, Any]:
     return {
         "model": plan.arch.name,
         "params": plan.arch.params,
@@ -40,10 +52,12 @@ def plan_json(plan: Plan, suggestions: list[tuple[str, dict, float]], gpu_label:
         "fits": plan.fits,
         "suggestions": [{"change": label, "overrides": override_args(o), "peak_expected_gib": round(peak / GIB, 3)}
                         for label, o, peak in suggestions],
+        "notes": list(notes),
     }
 
 
-def print_plan(console: Console, plan: Plan, suggestions, gpu_label: str | None, command: str) -> None:
+def print_plan(console: Console, plan: Plan, suggestions, gpu_label: str | None, command: str,
+               notes: list[str] = ()) -> None:
     """`command` is the user's `grpo train ...` line (recipe and overrides) the suggestions extend."""
     arch = plan.arch
     console.print(f"[bold]{arch.name}[/]: {arch.params / 1e9:.2f} B parameters, {arch.num_layers} layers, "
@@ -60,6 +74,8 @@ def print_plan(console: Console, plan: Plan, suggestions, gpu_label: str | None,
     which = "generation" if plan.generation >= plan.training else "training"
     console.print(f"peak = static {plan.static / GIB:.2f} + max(generation {plan.generation / GIB:.2f}, "
                   f"training {plan.training / GIB:.2f}) -> the {which} phase sets the peak")
+    for note in notes:
+        console.print(note, soft_wrap=True)
     if plan.device == "cpu":
         console.print(f"[bold]peak tensors[/] (live tensor bytes): {plan.peak_tensors / GIB:.2f} GiB")
         console.print(f"[bold]expected peak RSS[/] of the process (+ runtime and allocator): {plan.peak_rss / GIB:.2f} GiB")
