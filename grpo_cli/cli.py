@@ -216,7 +216,7 @@ def report(
     output: Annotated[Optional[Path], typer.Option("--output", "-o", help="PNG path (default RUN_DIR/report.png).")] = None,
 ) -> None:
     """Plot a run's reward (total and per reward), KL and completion length against step."""
-    from grpo_cli.train.report import plot_run
+    from grpo_cli.runs.report import plot_run
 
     with user_errors():
         written = plot_run(run_dir, output, warn=lambda line: typer.echo(line, err=True))
@@ -230,7 +230,7 @@ def export(
     force: Annotated[bool, typer.Option("--force", help="Replace an existing output directory.")] = False,
 ) -> None:
     """Write a standalone model directory from a LoRA or QLoRA run."""
-    from grpo_cli.train.export import merge_lora_run
+    from grpo_cli.runs.export import merge_lora_run
 
     with user_errors():
         written = merge_lora_run(run_dir, merge, force)

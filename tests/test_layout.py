@@ -88,3 +88,35 @@ def test_no_import_cycle():
     for name in sorted(graph):
         if name not in state:
             visit(name, [])
+
+
+def _crosses(module: str, packages: tuple[str, ...]) -> bool:
+    return any(module == p or module.startswith(p + ".") for p in packages)
+
+
+def test_train_and_eval_meet_only_in_runs():
+    """Training writes the run directory and evaluation reads it, through runs/ and never through each other: eval/
+    imports nothing from train/, train/ nothing from eval/, and runs/ neither (nor preflight/, which sits above)."""
+    rules = {"eval": ("grpo_cli.train",), "train": ("grpo_cli.eval",),
+             "runs": ("grpo_cli.train", "grpo_cli.eval", "grpo_cli.preflight")}
+    for package, banned in rules.items():
+        for path in (PACKAGE / package).glob("*.py"):
+            crossing = {m for m in imports_of(path) if _crosses(m, banned)}
+            assert not crossing, (f"{package}/{path.name}", crossing)
+
+
+def test_run_and_evaluation_file_names_are_defined_once():
+    """A file name that runs and evaluations share is spelled only in runs/layout.py; every reader imports it."""
+    from grpo_cli.runs import layout
+
+    names = {v for k, v in vars(layout).items() if k.endswith("_FILE")}
+    assert {"metrics.jsonl", "summary.json", "comparison.json", "predictions.jsonl", "recipe.yaml"} <= names
+    spelled = set()
+    for path in PACKAGE.rglob("*.py"):
+        if path == PACKAGE / "runs" / "layout.py":
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Constant) and isinstance(node.value, str):
+                spelled |= {(str(path.relative_to(PACKAGE)), name) for name in names
+                            if node.value == name or node.value.endswith("/" + name)}
+    assert not spelled, sorted(spelled)

@@ -11,9 +11,9 @@ from typing import Any
 from grpo_cli.cpu_memory import skip_unused_bitsandbytes
 from grpo_cli.errors import UserError
 from grpo_cli.eval import evaluate as ev
-from grpo_cli.eval.store import COMPARISON, OWN_FILES, SETTINGS, refuse_foreign
+from grpo_cli.eval.store import OWN_FILES, refuse_foreign
 from grpo_cli.recipe.schema import Recipe
-from grpo_cli.train.run_dir import RECIPE_FILE, is_checkpoint
+from grpo_cli.runs.layout import COMPARISON_FILE, RECIPE_FILE, SETTINGS_FILE, is_checkpoint
 
 
 @dataclass
@@ -45,7 +45,7 @@ def run_eval(request: EvalRequest, display=None) -> EvalOutcome:
     if request.compare_run is not None:
         root = request.output or ev.default_output(recipe.eval, base, request.compare_run)
         base_out, trained_out = request.base_dir or root / "base", root / "trained"
-        refuse_foreign(root, {"base", "trained", COMPARISON}, "grpo eval --compare")
+        refuse_foreign(root, {"base", "trained", COMPARISON_FILE}, "grpo eval --compare")
         for folder in (base_out, trained_out):
             refuse_foreign(folder, OWN_FILES, "grpo eval")
         trained = ev.run_target(request.compare_run, recipe)
@@ -59,7 +59,7 @@ def run_eval(request: EvalRequest, display=None) -> EvalOutcome:
         output = request.output or (default / "trained" if request.run else default)
         outcome = EvalOutcome([ev.evaluate(recipe, target, output, display)], None)
     if run_dir is not None and not is_checkpoint(run_dir):
-        from grpo_cli.train.model_card import write_model_card
+        from grpo_cli.runs.model_card import write_model_card
 
         write_model_card(run_dir, recipe)  # now with these results (the card describes the final model only)
     return outcome
@@ -83,8 +83,8 @@ def _load(request: EvalRequest) -> Recipe:
         raise UserError(f"{request.adapter} is not a LoRA adapter directory (no adapter_config.json)")
     if request.base_dir is not None and request.compare_run is None:
         raise UserError("--base names the base evaluation that --compare reuses; give --compare RUN_DIR too")
-    if request.base_dir is not None and not (request.base_dir / SETTINGS).is_file():
-        raise UserError(f"{request.base_dir} holds no evaluation (no {SETTINGS}); run the base once with --output "
+    if request.base_dir is not None and not (request.base_dir / SETTINGS_FILE).is_file():
+        raise UserError(f"{request.base_dir} holds no evaluation (no {SETTINGS_FILE}); run the base once with --output "
                         f"{request.base_dir}, or leave out --base")
     if request.recipe is not None:
         return load_recipe(request.recipe, request.overrides, options=options, scope="eval")

@@ -26,8 +26,9 @@ from grpo_cli.eval.problems import chat_prompts, fewshot_pool, lm_eval_prompts, 
 from grpo_cli.eval.scoring import FILTERS, behaviour, score, summarize
 from grpo_cli.eval.stats import paired_difference
 from grpo_cli.tools.loop import tool_summary
-from grpo_cli.eval.store import COMPARISON, SUMMARY, PredictionStore
+from grpo_cli.eval.store import PredictionStore
 from grpo_cli.recipe.schema import EvalSection, Recipe
+from grpo_cli.runs.layout import COMPARISON_FILE, EVAL_DIR, FINAL_DIR, SUMMARY_FILE, is_checkpoint
 
 LM_EVAL_STOPS = ["Question:", "</s>", "<|im_end|>"]  # gsm8k.yaml `until`; the tokenizer's EOS is added
 DEFAULT_MAX_NEW_TOKENS = {"chat": 512, "lm-eval": 256}
@@ -123,7 +124,7 @@ def evaluate(recipe: Recipe, target: Target, output: Path, display=None) -> Eval
         summary["tools"] = tools
     if not todo:  # nothing generated now (a finished evaluation reused): keep the last generating session's timing
         summary["session"] = _previous_session(output) or summary["session"]
-    (output / SUMMARY).write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
+    (output / SUMMARY_FILE).write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
     return EvalResult(output, summary, {p.index: store.records[p.index] for p in problems})
 
 
@@ -149,7 +150,7 @@ def _tool_stream(recipe: Recipe, generator, tokenizer, todo: list):
 
 def _previous_session(output: Path) -> dict | None:
     try:
-        return json.loads((output / SUMMARY).read_text(encoding="utf-8")).get("session")
+        return json.loads((output / SUMMARY_FILE).read_text(encoding="utf-8")).get("session")
     except (OSError, ValueError, AttributeError):
         return None
 
@@ -209,13 +210,11 @@ def _generator(recipe: Recipe, target: Target, budget: int):
 def default_output(ev: EvalSection, target: Target, run_dir: Path | None = None) -> Path:
     """RUN/eval/<protocol>-<data>[-checkpoint-N] for a run (base/ and trained/ beneath), else
     evals/<model>[-<adapter>]-<...>."""
-    from grpo_cli.train.run_dir import is_checkpoint
-
     tag = f"{ev.protocol}-{Path(ev.source).stem if Path(ev.source).suffix else ev.split}"
     if run_dir is not None and is_checkpoint(run_dir):
-        return run_dir.parent / "eval" / f"{tag}-{run_dir.name}"
+        return run_dir.parent / EVAL_DIR / f"{tag}-{run_dir.name}"
     if run_dir is not None:
-        return run_dir / "eval" / tag
+        return run_dir / EVAL_DIR / tag
     adapter = f"-{_slug(target.adapter)}" if target.adapter else ""
     return Path("evals") / f"{_slug(target.model)}{adapter}-{tag}"
 
@@ -229,7 +228,6 @@ def run_target(run_dir: Path, recipe: Recipe) -> Target:
     """The trained model of a finished run (its LoRA adapter on the recipe's base, or its full weights), or of one
     of its checkpoints when `run_dir` is RUN/checkpoint-N."""
     from grpo_cli.models import is_lora_adapter
-    from grpo_cli.train.run_dir import FINAL_DIR, is_checkpoint
 
     weights = run_dir if is_checkpoint(run_dir) else run_dir / FINAL_DIR
     if is_lora_adapter(weights):
@@ -255,5 +253,5 @@ def compare(base: EvalResult, trained: EvalResult, output: Path) -> dict[str, An
     for label, side in (("base", base), ("trained", trained)):
         result[label + "_behaviour"] = behaviour([side.records[i] for i in common], side.summary.get("max_new_tokens"))
     output.mkdir(parents=True, exist_ok=True)
-    (output / COMPARISON).write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
+    (output / COMPARISON_FILE).write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
     return result

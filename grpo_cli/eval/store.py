@@ -12,12 +12,9 @@ from pathlib import Path
 from typing import Any
 
 from grpo_cli.errors import UserError
+from grpo_cli.runs.layout import PREDICTIONS_FILE, SETTINGS_FILE, SUMMARY_FILE
 
-PREDICTIONS = "predictions.jsonl"
-SUMMARY = "summary.json"
-SETTINGS = "settings.json"
-COMPARISON = "comparison.json"
-OWN_FILES = {PREDICTIONS, SUMMARY, SETTINGS}
+OWN_FILES = {PREDICTIONS_FILE, SUMMARY_FILE, SETTINGS_FILE}
 
 
 def refuse_foreign(directory: Path, own: set[str], what: str) -> None:
@@ -35,12 +32,12 @@ class PredictionStore:
 
     def __init__(self, directory: Path, settings: dict[str, Any]):
         self.directory = directory
-        self.path = directory / PREDICTIONS
+        self.path = directory / PREDICTIONS_FILE
         refuse_foreign(directory, OWN_FILES, "grpo eval")
-        settings_file = directory / SETTINGS
+        settings_file = directory / SETTINGS_FILE
         if directory.is_dir() and any(directory.iterdir()) and not settings_file.is_file():
             raise UserError(f"{directory} holds {', '.join(sorted(p.name for p in directory.iterdir()))} but no "
-                            f"{SETTINGS}, so it is not an evaluation grpo can continue; choose another --output")
+                            f"{SETTINGS_FILE}, so it is not an evaluation grpo can continue; choose another --output")
         if settings_file.is_file():
             previous = _read_settings(settings_file)
             changed = [k for k in sorted(set(previous) | set(settings)) if not _same(previous.get(k), settings.get(k))]

@@ -9,7 +9,7 @@ from rich.progress import Progress
 from rich.table import Table
 
 from grpo_cli.eval.scoring import FILTERS
-from grpo_cli.eval.store import PREDICTIONS
+from grpo_cli.runs.layout import PREDICTIONS_FILE
 from grpo_cli.progress import progress_bar
 
 
@@ -95,6 +95,6 @@ def print_outcome(console: Console, outcome) -> None:
     """Each evaluation's table and where its per-problem results are, then the comparison."""
     for result in outcome.results:
         console.print(summary_table(result.summary))
-        console.print(f"per-problem results: {result.output / PREDICTIONS}", highlight=False)
+        console.print(f"per-problem results: {result.output / PREDICTIONS_FILE}", highlight=False)
     if outcome.comparison:
         console.print(comparison_table(outcome.comparison))

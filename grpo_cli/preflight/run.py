@@ -14,6 +14,7 @@ from grpo_cli.preflight.measure import StepMeasurement
 from grpo_cli.plan.memory import GIB, Plan
 from grpo_cli.preflight.sampling import SampledGroups
 from grpo_cli.recipe.schema import Recipe
+from grpo_cli.runs.layout import SAMPLES_FILE
 
 MOSTLY = 0.5  # "most groups", "most completions"
 
@@ -159,5 +160,5 @@ def _tool_advice(tools: dict | None, completions: int) -> list[Advice]:
                           "teach the call format first (supervised fine-tuning)"))
     elif tools["failure_rate"] >= MOSTLY:
         out.append(Advice(f"{tools['failure_rate']:.0%} of tool calls failed: read the errors the model received in a "
-                          "short run's samples.jsonl (wrong arguments, timeouts) and fix the tool or its description"))
+                          f"short run's {SAMPLES_FILE} (wrong arguments, timeouts) and fix the tool or its description"))
     return out

@@ -1,1 +1,1 @@
-"""Training: recipe -> GRPOConfig + GRPOTrainer, callbacks, the run directory, distributed launch, export, report."""
+"""Training: recipe -> GRPOConfig + GRPOTrainer, callbacks, progress, distributed launch, the generation seams."""

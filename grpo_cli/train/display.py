@@ -9,7 +9,7 @@ from rich.console import Console
 from rich.table import Table
 
 from grpo_cli.progress import progress_bar
-from grpo_cli.train.run_dir import headline_keys
+from grpo_cli.runs.layout import headline_keys
 
 SHOWN = (("reward", "reward"), ("kl", "kl"), ("completions/mean_length", "len"), ("loss", "loss"))
 

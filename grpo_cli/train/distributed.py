@@ -15,10 +15,9 @@ from typing import Any
 import yaml
 
 from grpo_cli.recipe.schema import Recipe
+from grpo_cli.runs.layout import ACCELERATE_CONFIG_FILE, RANK_RECIPE_FILE
 
 LAUNCHED_ENV = "GRPO_LAUNCHED"  # set for the launched ranks: they train instead of launching again
-CONFIG_FILE = "accelerate_config.yaml"
-RANK_RECIPE_FILE = "launch_recipe.yaml"  # the resolved recipe (file + overrides) every rank loads
 
 
 def is_launched_rank() -> bool:
@@ -82,7 +81,7 @@ def write_accelerate_config(recipe: Recipe, directory: Path, on_cpu: bool) -> Pa
     """The user's own accelerate config when the recipe names one, else one generated into the run directory."""
     if recipe.distributed.accelerate_config:
         return Path(recipe.distributed.accelerate_config).expanduser()
-    path = directory / CONFIG_FILE
+    path = directory / ACCELERATE_CONFIG_FILE
     path.write_text(yaml.safe_dump(accelerate_config(recipe, on_cpu), sort_keys=False), encoding="utf-8")
     return path
 
@@ -98,7 +97,7 @@ def launch(recipe: Recipe, resume: bool, echo=print) -> int:
     every rank on that recipe (so no rank reads the user's YAML or re-applies overrides)."""
     import torch
 
-    from grpo_cli.train.run_dir import prepare_run_dir, write_resolved_recipe
+    from grpo_cli.runs.checkpoints import prepare_run_dir, write_resolved_recipe
     from grpo_cli.train.runtime import check_runtime
 
     check_runtime(recipe)

@@ -99,10 +99,10 @@ def train(recipe: Recipe, resume: bool = False, console: Console | None = None) 
     from grpo_cli.train.display import TrainingDisplay
     from grpo_cli.train.distributed import process_rank
     from grpo_cli.train.phases import StepPhases
-    from grpo_cli.train.model_card import write_model_card
+    from grpo_cli.runs.model_card import write_model_card
     from grpo_cli.train.reward_guard import RewardFailure
     from grpo_cli.tools.guard import EnvironmentFailure
-    from grpo_cli.train.run_dir import FINAL_DIR
+    from grpo_cli.runs.layout import FINAL_DIR
 
     # Under `accelerate launch` every rank runs this; only rank 0 talks, and the launcher made the run directory.
     console = console or Console(stderr=True, quiet=process_rank() != 0)
@@ -210,7 +210,7 @@ def guarded_rewards(recipe: Recipe, warn=print) -> list:
 def _start(recipe: Recipe, resume: bool, console: Console) -> Path | None:
     """The checkpoint to resume from (None: step 0). The launcher prepared the directory for launched ranks."""
     from grpo_cli.train.distributed import is_launched_rank
-    from grpo_cli.train.run_dir import newest_complete, prepare_run_dir
+    from grpo_cli.runs.checkpoints import newest_complete, prepare_run_dir
 
     if is_launched_rank():
         return newest_complete(recipe.output_dir)[0] if resume else None

@@ -6,9 +6,7 @@ from pathlib import Path
 
 from grpo_cli.errors import UserError
 from grpo_cli.files import check_writable_file, read_jsonl
-from grpo_cli.train.run_dir import METRICS_FILE, reward_keys
-
-REPORT_FILE = "report.png"
+from grpo_cli.runs.layout import METRICS_FILE, REPORT_FILE, reward_keys
 
 
 def read_metrics(run_dir: Path, warn=None) -> list[dict]:

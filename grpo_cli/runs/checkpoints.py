@@ -1,10 +1,8 @@
-"""The run directory: what a run writes, which checkpoint is whole, and the rule that an existing run is resumed or
-left alone."""
+"""Whole checkpoints and the rule that an existing run is resumed or left alone."""
 
 from __future__ import annotations
 
 import json
-import re
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
@@ -13,36 +11,7 @@ import yaml
 
 from grpo_cli.errors import UserError
 from grpo_cli.recipe.schema import Recipe
-
-RECIPE_FILE = "recipe.yaml"
-METRICS_FILE = "metrics.jsonl"
-SAMPLES_FILE = "samples.jsonl"
-FINAL_DIR = "final"
-# Everything `grpo train`, `grpo eval --run`, `grpo report` and TRL write into a run directory.
-OWN_NAMES = {RECIPE_FILE, METRICS_FILE, SAMPLES_FILE, FINAL_DIR, "README.md", "report.png", "eval", "runs",
-             "accelerate_config.yaml", "launch_recipe.yaml"}
-_CHECKPOINT = re.compile(r"^checkpoint-(\d+)$")
-
-
-def reward_keys(keys) -> list[str]:
-    """TRL's per-reward metrics (`rewards/<name>/mean`) among `keys`, sorted."""
-    return sorted({k for k in keys if k.startswith("rewards/") and k.endswith("/mean")})
-
-
-def headline_keys(row: dict) -> list[str]:
-    """The metrics a person looks at first: total reward, each reward, KL, completion length."""
-    return ["reward", *reward_keys(row), "kl", "completions/mean_length"]
-
-
-def checkpoints(run_dir: Path) -> list[Path]:
-    """Checkpoints in step order (whole or not)."""
-    found = [p for p in run_dir.glob("checkpoint-*") if p.is_dir() and _CHECKPOINT.match(p.name)]
-    return sorted(found, key=lambda p: int(_CHECKPOINT.match(p.name).group(1)))
-
-
-def is_checkpoint(path: Path) -> bool:
-    """A `checkpoint-N` folder inside a run directory (the run's recipe one level up)."""
-    return bool(_CHECKPOINT.match(path.name)) and (path.parent / RECIPE_FILE).is_file()
+from grpo_cli.runs.layout import CHECKPOINT, FINAL_DIR, METRICS_FILE, OWN_NAMES, RECIPE_FILE, SAMPLES_FILE, checkpoints
 
 
 def checkpoint_problem(folder: Path) -> str | None:
@@ -153,7 +122,7 @@ def _check_location(run_dir: Path) -> None:
 
 
 def _ours(path: Path) -> bool:
-    return path.name in OWN_NAMES or bool(_CHECKPOINT.match(path.name))
+    return path.name in OWN_NAMES or bool(CHECKPOINT.match(path.name))
 
 
 def _refuse_shape_change(recipe: Recipe, run_dir: Path) -> None:

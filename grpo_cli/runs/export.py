@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from grpo_cli.errors import UserError
-from grpo_cli.train.run_dir import FINAL_DIR, RECIPE_FILE
+from grpo_cli.runs.layout import FINAL_DIR, RECIPE_FILE
 
 
 def merge_lora_run(run_dir: Path, output: Path, force: bool = False) -> Path:

@@ -12,9 +12,9 @@ from typing import Any
 
 from grpo_cli.files import read_jsonl
 from grpo_cli.recipe.schema import Recipe
-from grpo_cli.train.run_dir import FINAL_DIR, METRICS_FILE, headline_keys
-
-CARD_FILE = "README.md"
+from grpo_cli.runs.layout import (
+    CARD_FILE, COMPARISON_FILE, EVAL_DIR, FINAL_DIR, METRICS_FILE, RECIPE_FILE, SUMMARY_FILE, headline_keys,
+)
 
 
 def write_model_card(run_dir: Path, recipe: Recipe) -> Path:
@@ -70,7 +70,7 @@ def render_card(run_dir: Path, recipe: Recipe) -> str:
         "## Reproduce",
         "",
         "```bash",
-        f"grpo train {run_dir}/recipe.yaml training.output_dir={run_dir}-again   # the resolved recipe of this run",
+        f"grpo train {run_dir}/{RECIPE_FILE} training.output_dir={run_dir}-again   # the resolved recipe of this run",
         "```",
         "",
         "## Load",
@@ -110,9 +110,9 @@ def _reward(spec) -> str:
 def _evaluations(run_dir: Path) -> list[str]:
     """GSM8K results of `grpo eval --run/--compare` on this run, one row per evaluated model and data set."""
     rows = []
-    found = sorted((run_dir / "eval").glob("*/*/summary.json"))
-    for comparison in sorted((run_dir / "eval").glob("*/comparison.json")):  # a reused base lives elsewhere
-        base = Path(json.loads(comparison.read_text(encoding="utf-8"))["base"]) / "summary.json"
+    found = sorted((run_dir / EVAL_DIR).glob(f"*/*/{SUMMARY_FILE}"))
+    for comparison in sorted((run_dir / EVAL_DIR).glob(f"*/{COMPARISON_FILE}")):  # a reused base lives elsewhere
+        base = Path(json.loads(comparison.read_text(encoding="utf-8"))["base"]) / SUMMARY_FILE
         if base.is_file() and base.resolve() not in {f.resolve() for f in found}:
             found.append(base)
     for summary_file in found:

@@ -1,0 +1,51 @@
+"""What a run directory and an evaluation folder hold: every file name they share, defined once, and the metric
+keys a person looks at first."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+# A run directory (`grpo train`).
+RECIPE_FILE = "recipe.yaml"  # the resolved recipe: every default and override filled in
+METRICS_FILE = "metrics.jsonl"
+SAMPLES_FILE = "samples.jsonl"
+FINAL_DIR = "final"
+CARD_FILE = "README.md"
+REPORT_FILE = "report.png"
+EVAL_DIR = "eval"  # `grpo eval --run/--compare` of this run: EVAL_DIR/<protocol>-<data>/{base,trained}/
+ACCELERATE_CONFIG_FILE = "accelerate_config.yaml"  # generated for several processes
+RANK_RECIPE_FILE = "launch_recipe.yaml"  # the resolved recipe (file + overrides) every launched rank loads
+TRL_LOGS_DIR = "runs"  # TRL's TensorBoard logs, when training.report_to names it
+CHECKPOINT = re.compile(r"^checkpoint-(\d+)$")
+
+# An evaluation folder (`grpo eval`), and the folder that compares two of them.
+PREDICTIONS_FILE = "predictions.jsonl"
+SUMMARY_FILE = "summary.json"
+SETTINGS_FILE = "settings.json"
+COMPARISON_FILE = "comparison.json"
+
+# Everything `grpo train`, `grpo eval --run`, `grpo report` and TRL write into a run directory.
+OWN_NAMES = {RECIPE_FILE, METRICS_FILE, SAMPLES_FILE, FINAL_DIR, CARD_FILE, REPORT_FILE, EVAL_DIR, TRL_LOGS_DIR,
+             ACCELERATE_CONFIG_FILE, RANK_RECIPE_FILE}
+
+
+def checkpoints(run_dir: Path) -> list[Path]:
+    """Checkpoints in step order (whole or not)."""
+    found = [p for p in run_dir.glob("checkpoint-*") if p.is_dir() and CHECKPOINT.match(p.name)]
+    return sorted(found, key=lambda p: int(CHECKPOINT.match(p.name).group(1)))
+
+
+def is_checkpoint(path: Path) -> bool:
+    """A `checkpoint-N` folder inside a run directory (the run's recipe one level up)."""
+    return bool(CHECKPOINT.match(path.name)) and (path.parent / RECIPE_FILE).is_file()
+
+
+def reward_keys(keys) -> list[str]:
+    """TRL's per-reward metrics (`rewards/<name>/mean`) among `keys`, sorted."""
+    return sorted({k for k in keys if k.startswith("rewards/") and k.endswith("/mean")})
+
+
+def headline_keys(row: dict) -> list[str]:
+    """The metrics a person looks at first: total reward, each reward, KL, completion length."""
+    return ["reward", *reward_keys(row), "kl", "completions/mean_length"]
