@@ -112,7 +112,8 @@ class PreparedData:
         rows = len(self.dataset)
         if rows < needed or recipe.total_steps(rows) < 1:
             left = "; ".join(f"{n} {why}" for why, n in self.unusable.items()) or "none left out"
-            raise UserError(f"only {rows} usable prompt(s) ({left}); one step needs {needed} (generation batch "
+            raise UserError(f"only {rows} usable prompt(s) in {recipe.data.source} ({left}); one step needs {needed} "
+                            f"(generation batch "
                             f"{recipe.generation_batch_size} / {recipe.grpo.num_generations} generations): add rows or "
                             "lower training.per_device_train_batch_size", path="data.source")
 
@@ -138,6 +139,11 @@ def prepare(data: DataSection, tokenizer=None, seed: int = 0, tools: list | None
             raise UserError("no problem has a solution this short; raise it", path="data.max_solution_steps")
 
     rows, unusable = _usable_rows(rows, data)
+    if len(rows) == 0:  # nothing to map: datasets would hand back a table without the columns the trainer reads
+        why = "; ".join(f"{n} {reason}" for reason, n in unusable.items())
+        raise UserError(f"no usable rows in {data.source}: {why}; each row needs a text question"
+                        + (f" and a numeric answer in `{data.answer_column}`" if data.answer_column else ""),
+                        path="data.source")
 
     def to_example(row: dict[str, Any]) -> dict[str, Any]:
         example = {"prompt": build_prompt(str(row[data.prompt_column]), data.system_prompt, data.chat),

@@ -8,14 +8,25 @@ from typing import Any
 import yaml
 
 from grpo_cli.errors import Problem, UserError
+from grpo_cli.recipe.yaml_guard import MAX_DEPTH, check_keys, check_nesting, check_size, read_text
+from grpo_cli.recipe.yaml_merge import MERGE_TAG, resolve_merges
 
 KeyPath = tuple[str | int, ...]
 COMMAND_LINE = "command line"
-# A recipe is a few kilobytes. These bounds refuse hostile files (a huge file, an alias bomb that expands a few
-# hundred bytes into billions of nodes, nesting that exhausts the parser's recursion) before they cost memory.
-MAX_RECIPE_BYTES = 1 << 20
-MAX_NODES = 100_000
-MAX_DEPTH = 64
+
+
+class _RecipeLoader(yaml.SafeLoader):
+    """SafeLoader that remembers the line where an alias is used as a key: the node it yields is the anchor's,
+    whose position is where the anchor was written, not where the user reused it."""
+
+    def __init__(self, stream: str):
+        super().__init__(stream)
+        self.alias_key_lines: dict[tuple[int, int], int] = {}  # (id of the mapping, index of the pair) -> line
+
+    def compose_node(self, parent, index):
+        if index is None and isinstance(parent, yaml.MappingNode) and self.check_event(yaml.AliasEvent):
+            self.alias_key_lines[(id(parent), len(parent.value))] = self.peek_event().start_mark.line + 1
+        return super().compose_node(parent, index)
 
 
 def format_path(path: KeyPath) -> str:
@@ -29,10 +40,14 @@ def format_path(path: KeyPath) -> str:
 def read_yaml(file: Path) -> tuple[dict[str, Any], dict[KeyPath, int]]:
     """Parse a recipe with `yaml.safe_load` semantics; also return the 1-based line of every key path."""
     source = str(file)
-    text = _read_text(file, source)
+    text = read_text(file, source)
     try:
-        _check_nesting(text, source)  # before composing: PyYAML's composer recurses once per level
-        node = yaml.compose(text, Loader=yaml.SafeLoader)
+        check_nesting(text, source)  # before composing: PyYAML's composer recurses once per level
+        loader = _RecipeLoader(text)
+        try:
+            node = loader.get_single_node()
+        finally:
+            loader.dispose()
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         line = mark.line + 1 if mark is not None else None
@@ -40,13 +55,15 @@ def read_yaml(file: Path) -> tuple[dict[str, Any], dict[KeyPath, int]]:
         raise UserError([Problem(f"YAML syntax error: {reason}", line=line, source=source)]) from None
     except RecursionError:
         raise UserError([Problem(f"nested too deeply to be a recipe (over {MAX_DEPTH} levels)", source=source)]) from None
-    _check_size(node, source)  # the composed graph shares aliased nodes; expanding it is what must stay bounded
-    _check_keys(node, source)
+    check_size(node, source)  # the composed graph shares aliased nodes; expanding it is what must stay bounded
+    key_lines = loader.alias_key_lines
+    check_keys(node, source, key_lines)
     lines: dict[KeyPath, int] = {}
     duplicates: list[Problem] = []
-    _collect_lines(node, (), lines, duplicates, source)  # before construction, which flattens merge keys in place
+    _collect_lines(node, (), lines, duplicates, source, key_lines)  # while merge keys still say where keys came from
     if duplicates:
         raise UserError(duplicates)
+    resolve_merges(node, source)
     data = _construct(node, source)
     if data is None:
         raise UserError([Problem("the recipe is empty; start from `grpo recipes cp demo my.yaml`", source=source)])
@@ -75,129 +92,33 @@ def _construct(node: yaml.Node | None, source: str) -> Any:
         loader.dispose()
 
 
-def _check_keys(root: yaml.Node | None, source: str) -> None:
-    """Keys must be plain scalars: a list or a mapping used as a key cannot name a recipe field."""
-    stack, seen = [root] if root is not None else [], set()
-    while stack:
-        node = stack.pop()
-        if id(node) in seen:  # aliases share nodes; _check_size already bounded the walk
-            continue
-        seen.add(id(node))
-        if isinstance(node, yaml.MappingNode):
-            for key, value in node.value:
-                if not isinstance(key, yaml.ScalarNode):
-                    kind = "list" if isinstance(key, yaml.SequenceNode) else "mapping"
-                    raise UserError([Problem(f"a {kind} is used as a key; keys are plain names such as `model`",
-                                             line=key.start_mark.line + 1, source=source)])
-                stack.append(value)
-        elif isinstance(node, yaml.SequenceNode):
-            stack.extend(node.value)
-
-
-def _read_text(file: Path, source: str) -> str:
-    """The recipe as text: a bounded read, and a clear line for binary or non-UTF-8 content."""
-    try:
-        with open(file, "rb") as handle:
-            raw = handle.read(MAX_RECIPE_BYTES + 1)
-    except FileNotFoundError:
-        raise UserError(f"recipe file not found: {file}", source=None) from None
-    except (IsADirectoryError, PermissionError, OSError) as exc:
-        raise UserError(f"cannot read recipe: {exc.strerror or exc}", source=source) from None
-    if len(raw) > MAX_RECIPE_BYTES:
-        raise UserError([Problem(f"{file.stat().st_size:,} bytes is not a recipe (recipes are a few KB; the limit is "
-                                 f"{MAX_RECIPE_BYTES:,}); did you pass a data or model file?", source=source)])
-    if b"\0" in raw:
-        line = raw.count(b"\n", 0, raw.index(b"\0")) + 1
-        raise UserError([Problem("binary content (a NUL byte), not a YAML recipe", line=line, source=source)])
-    try:
-        return raw.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        line = raw.count(b"\n", 0, exc.start) + 1
-        raise UserError([Problem(f"byte 0x{raw[exc.start]:02x} is not UTF-8; save the recipe as UTF-8", line=line,
-                                 source=source)]) from None
-
-
-_OPEN = (yaml.FlowSequenceStartToken, yaml.FlowMappingStartToken, yaml.BlockSequenceStartToken,
-         yaml.BlockMappingStartToken)
-_CLOSE = (yaml.FlowSequenceEndToken, yaml.FlowMappingEndToken, yaml.BlockEndToken)
-
-
-def _check_nesting(text: str, source: str) -> None:
-    """Refuse nesting deeper than MAX_DEPTH from the token stream (the scanner does not recurse), stopping early."""
-    depth = 0
-    for token in yaml.scan(text, Loader=yaml.SafeLoader):
-        if isinstance(token, _OPEN):
-            depth += 1
-            if depth > MAX_DEPTH:  # aliases can nest deeper than the text does, so _check_nesting alone is not enough
-                raise UserError([Problem(f"nested too deeply to be a recipe (over {MAX_DEPTH} levels)",
-                                         line=token.start_mark.line + 1, source=source)])
-        elif isinstance(token, _CLOSE):
-            depth -= 1
-
-
-def _check_size(root: yaml.Node | None, source: str) -> None:
-    """Refuse alias bombs, recursive aliases and deep nesting by walking the node graph with a budget.
-
-    The walk counts nodes as the expanded document would hold them, without building it; it stops at the budget.
-    """
-    if root is None:
-        return
-    count = 0
-    stack: list[tuple[yaml.Node, int, frozenset[int]]] = [(root, 1, frozenset())]
-    while stack:
-        node, depth, ancestors = stack.pop()
-        count += 1
-        line = node.start_mark.line + 1
-        if count > MAX_NODES:
-            raise UserError([Problem(f"expands to over {MAX_NODES:,} values (aliases repeating aliases?); "
-                                     "a recipe is a few dozen", line=line, source=source)])
-        if depth > MAX_DEPTH:
-            raise UserError([Problem(f"nested too deeply to be a recipe (over {MAX_DEPTH} levels)", line=line,
-                                     source=source)])
-        if id(node) in ancestors:
-            raise UserError([Problem("an alias refers to a node that contains it (a recursive alias)", line=line,
-                                     source=source)])
-        if isinstance(node, yaml.MappingNode):
-            children = [n for pair in node.value for n in pair]
-        elif isinstance(node, yaml.SequenceNode):
-            children = list(node.value)
-        else:
-            continue
-        inner = ancestors | {id(node)}
-        stack.extend((child, depth + 1, inner) for child in children)
-
-
-MERGE_TAG = "tag:yaml.org,2002:merge"
-
-
-def _collect_lines(node: yaml.Node, path: KeyPath, lines: dict, duplicates: list, source: str) -> None:
+def _collect_lines(node: yaml.Node, path: KeyPath, lines: dict, duplicates: list, source: str, key_lines: dict) -> None:
     if isinstance(node, yaml.MappingNode):
         seen: set = set()
         merged: list[yaml.Node] = []
-        for key_node, value_node in node.value:
+        for index, (key_node, value_node) in enumerate(node.value):
             if key_node.tag == MERGE_TAG:  # `<<: *defaults`: keys written beside it override the merged ones
                 merged += value_node.value if isinstance(value_node, yaml.SequenceNode) else [value_node]
                 continue
             key = key_node.value
             child = (*path, key)
+            line = key_lines.get((id(node), index), key_node.start_mark.line + 1)
             if key in seen:
                 # safe_load silently keeps the last value; a user almost never means that.
-                duplicates.append(
-                    Problem("duplicate key; it is also set above", format_path(child), key_node.start_mark.line + 1, source)
-                )
+                duplicates.append(Problem("duplicate key; it is also set above", format_path(child), line, source))
             seen.add(key)
-            lines[child] = key_node.start_mark.line + 1
-            _collect_lines(value_node, child, lines, duplicates, source)
-        for mapping in merged:  # merged keys are located at the anchor, unless written here too
+            lines[child] = line
+            _collect_lines(value_node, child, lines, duplicates, source, key_lines)
+        for mapping in merged:  # merged keys are located at the anchor, unless written here too; the first merge wins
             found: dict[KeyPath, int] = {}
-            _collect_lines(mapping, path, found, [], source)
+            _collect_lines(mapping, path, found, [], source, key_lines)
             for key_path, line in found.items():
                 lines.setdefault(key_path, line)
     elif isinstance(node, yaml.SequenceNode):
         for index, item in enumerate(node.value):
             child = (*path, index)
             lines[child] = item.start_mark.line + 1
-            _collect_lines(item, child, lines, duplicates, source)
+            _collect_lines(item, child, lines, duplicates, source, key_lines)
 
 
 def line_of(lines: dict[KeyPath, int], path: KeyPath) -> int | None:

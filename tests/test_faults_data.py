@@ -1,0 +1,52 @@
+"""Training or evaluation data in which every row is unusable: train, preflight and eval each refuse it with one line
+that names the data and what a row needs, exit 2, no traceback, and nothing written."""
+
+from __future__ import annotations
+
+import pytest
+from typer.testing import CliRunner
+
+from conftest import write_jsonl, write_recipe
+from grpo_cli.cli import app
+from grpo_cli.data import generate_problems
+
+runner = CliRunner()
+
+UNUSABLE = {
+    "word_answers": lambda rows: [{**r, "answer": r["answer"].rsplit("####", 1)[0] + "#### twelve"} for r in rows],
+    "empty_prompts": lambda rows: [{**r, "question": "  "} for r in rows],
+    "list_prompts": lambda rows: [{**r, "question": [r["question"]]} for r in rows],
+}
+
+
+def one_clean_line(result, *words: str) -> str:
+    assert result.exit_code == 2, result.output
+    assert "Traceback" not in result.output and (result.exception is None or isinstance(result.exception, SystemExit))
+    line = result.output.strip().splitlines()[-1]
+    for word in words:
+        assert word in line, line
+    return line
+
+
+@pytest.mark.parametrize("kind", sorted(UNUSABLE))
+def test_all_rows_unusable_is_one_line_in_train_preflight_and_eval(tmp_path, tiny_llama, kind):
+    data = write_jsonl(UNUSABLE[kind](generate_problems(6)), tmp_path / "train.jsonl")
+    recipe = write_recipe(tmp_path, tiny_llama, data={"source": str(data), "limit": None})
+    before = recipe.read_bytes()
+    for command in (["train", str(recipe)], ["preflight", str(recipe)]):
+        line = one_clean_line(runner.invoke(app, command), "no usable rows in", str(data), "data.source")
+        assert "6 " in line, line  # how many rows were left out, and why
+    run = tmp_path / "run"  # at most the resolved recipe: no checkpoint, no model
+    assert not run.exists() or {p.name for p in run.iterdir()} <= {"recipe.yaml"}, list(run.iterdir())
+    assert recipe.read_bytes() == before
+    result = runner.invoke(app, ["eval", "--model", str(tiny_llama), "--data", str(data), "--output",
+                                 str(tmp_path / "out")])
+    one_clean_line(result, "none of the 6 problems can be scored", "eval.source")
+    assert not (tmp_path / "out" / "predictions.jsonl").exists()
+
+
+def test_too_few_usable_rows_names_the_data_source(tmp_path, tiny_llama):
+    rows = generate_problems(1) + UNUSABLE["word_answers"](generate_problems(2, seed=3))
+    data = write_jsonl(rows, tmp_path / "few.jsonl")
+    recipe = write_recipe(tmp_path, tiny_llama, data={"source": str(data), "limit": None})
+    one_clean_line(runner.invoke(app, ["train", str(recipe)]), f"only 1 usable prompt(s) in {data}", "data.source")
