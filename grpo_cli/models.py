@@ -96,7 +96,7 @@ def quantization_config(recipe):
     q = recipe.quantization
     if q is None:
         return None
-    import torch
+    import torch  # after the early return, with BitsAndBytesConfig: only a quantized base reads either
     from transformers import BitsAndBytesConfig
 
     if q.bits == 8:

@@ -48,7 +48,12 @@ class Preflight:
 
     @property
     def fits(self) -> bool | None:
-        return None if self.verdict.gpu_bytes is None else self.verdict_smi <= self.verdict.gpu_bytes
+        return fits_on_gpu(self.verdict, self.verdict_smi)
+
+
+def fits_on_gpu(verdict: Plan, verdict_smi: float) -> bool | None:
+    """The bytes expected in nvidia-smi against the GPU's; None when no GPU was named or found."""
+    return None if verdict.gpu_bytes is None else verdict_smi <= verdict.gpu_bytes
 
 
 def run_preflight(recipe: Recipe, steps: int, prompts: int | None, gpu_spec: str | None, hours: float,
@@ -92,26 +97,38 @@ def run_preflight(recipe: Recipe, steps: int, prompts: int | None, gpu_spec: str
     expected_step = (generation_s * groups.batch_length_share
                      + (step_s - generation_s) * (prompt + groups.mean_completion_tokens) / (prompt + budget))
     total_steps = recipe.total_steps(groups.dataset_rows)
-    result = Preflight(recipe, measured, planned, verdict, verdict_smi, gpu_label, groups, total_steps, step_s,
-                       generation_s, total_steps * expected_step, total_steps * step_s, [], 0.0)
-    result.advice = advise(result, arch, hours)
-    result.seconds = time.perf_counter() - started
-    return result
+    eta_s = total_steps * expected_step
+    advice = advise(recipe, groups, verdict, verdict_smi, eta_s, total_steps, arch, hours)
+    return Preflight(recipe, measured, planned, verdict, verdict_smi, gpu_label, groups, total_steps, step_s,
+                     generation_s, eta_s, total_steps * step_s, advice, time.perf_counter() - started)
 
 
-def advise(result: Preflight, arch, hours: float) -> list[Advice]:
-    """Override lines for each figure that calls for one."""
+def advise(recipe: Recipe, groups: SampledGroups, verdict: Plan, verdict_smi: float, eta_s: float, total_steps: int,
+           arch, hours: float) -> list[Advice]:
+    """Override lines for each figure that calls for one: fit, learning signal, tools, truncation, time."""
+    return [*_fit_advice(recipe, verdict, verdict_smi, arch), *_signal_advice(recipe, groups),
+            *_tool_advice(groups.tools, groups.completions), *_truncation_advice(recipe, groups),
+            *_time_advice(eta_s, total_steps, hours)]
+
+
+def _fit_advice(recipe: Recipe, verdict: Plan, verdict_smi: float, arch) -> list[Advice]:
+    """Up to two changes that make a recipe fit the GPU it does not fit."""
     from grpo_cli.plan.fit import suggest
 
-    recipe, groups = result.recipe, result.groups
+    if fits_on_gpu(verdict, verdict_smi) is not False:
+        return []
+    need = f"about {verdict_smi / GIB:.1f} GiB expected, {verdict.gpu_bytes / GIB:.0f} GiB on the GPU"
+    fixes = suggest(recipe, arch, "cuda", verdict.gpu_bytes)
+    out = [Advice(f"does not fit ({need}): {label}", changes) for label, changes, _ in fixes[:2]]
+    if not fixes:
+        out.append(Advice(f"does not fit ({need}) and no listed change makes it: a smaller model or more GPUs"))
+    return out
+
+
+def _signal_advice(recipe: Recipe, groups: SampledGroups) -> list[Advice]:
+    """When most groups teach nothing (every completion scored alike), and rewards that cannot steer or fail."""
     g, batch = recipe.grpo.num_generations, recipe.training.per_device_train_batch_size
     out: list[Advice] = []
-    if result.fits is False:
-        need = f"about {result.verdict_smi / GIB:.1f} GiB expected, {result.verdict.gpu_bytes / GIB:.0f} GiB on the GPU"
-        fixes = suggest(recipe, arch, "cuda", result.verdict.gpu_bytes)
-        out += [Advice(f"does not fit ({need}): {label}", changes) for label, changes, _ in fixes[:2]]
-        if not fixes:
-            out.append(Advice(f"does not fit ({need}) and no listed change makes it: a smaller model or more GPUs"))
     if groups.zero_variance_share >= MOSTLY:
         share = f"{groups.zero_variance_share:.0%} of groups have the same reward for every completion (no signal)"
         out.append(Advice(f"{share}: sample more completions per prompt",
@@ -131,19 +148,26 @@ def advise(result: Preflight, arch, hours: float) -> list[Advice]:
         if stats.failed:
             out.append(Advice(f"reward {stats.name} failed on {stats.failed} of {groups.completions} completions "
                               f"({stats.error or 'returned None'}); TRL counts those as missing values"))
-    out += _tool_advice(groups.tools, groups.completions)
-    if groups.truncated_share >= MOSTLY:
-        has_length_reward = any(spec.name == "length_target" for spec in recipe.rewards)
-        remedy = ("give them room, or leave it to the length_target reward to teach stopping" if has_length_reward
-                  else "give them room, or add a length_target reward")
-        out.append(Advice(f"{groups.truncated_share:.0%} of completions were cut at the "
-                          f"{recipe.grpo.max_completion_length}-token budget: {remedy}",
-                          {"grpo.max_completion_length": 2 * recipe.grpo.max_completion_length}))
-    if result.eta_s > hours * 3600:
-        per_step = result.eta_s / max(1, result.total_steps)
-        out.append(Advice(f"about {result.eta_s / 3600:.1f} h for {result.total_steps} steps, over {hours:g} h: "
-                          f"stop at what fits", {"training.max_steps": max(1, math.floor(hours * 3600 / per_step))}))
     return out
+
+
+def _truncation_advice(recipe: Recipe, groups: SampledGroups) -> list[Advice]:
+    if groups.truncated_share < MOSTLY:
+        return []
+    has_length_reward = any(spec.name == "length_target" for spec in recipe.rewards)
+    remedy = ("give them room, or leave it to the length_target reward to teach stopping" if has_length_reward
+              else "give them room, or add a length_target reward")
+    return [Advice(f"{groups.truncated_share:.0%} of completions were cut at the "
+                   f"{recipe.grpo.max_completion_length}-token budget: {remedy}",
+                   {"grpo.max_completion_length": 2 * recipe.grpo.max_completion_length})]
+
+
+def _time_advice(eta_s: float, total_steps: int, hours: float) -> list[Advice]:
+    if eta_s <= hours * 3600:
+        return []
+    per_step = eta_s / max(1, total_steps)
+    return [Advice(f"about {eta_s / 3600:.1f} h for {total_steps} steps, over {hours:g} h: stop at what fits",
+                   {"training.max_steps": max(1, math.floor(hours * 3600 / per_step))})]
 
 
 def _tool_advice(tools: dict | None, completions: int) -> list[Advice]:

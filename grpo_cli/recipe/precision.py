@@ -48,7 +48,7 @@ def mixed_precision_here(recipe: Recipe, on_cpu: bool) -> str:
         return mixed_precision(recipe, native_bf16=False)
     if on_cpu:
         return mixed_precision(recipe, cpu_computes_bf16())
-    import torch
+    import torch  # only the GPU's answer needs it: recipe/ and `grpo plan` run without torch
 
     return mixed_precision(recipe, bool(torch.cuda.is_bf16_supported()))
 

@@ -31,7 +31,8 @@ class MetricsCallback(TrainerCallback):
     """One JSON line per logging step, plus a few completion samples; also feeds the progress display."""
 
     def __init__(self, run_dir: Path, completions_per_step: int, generation_batch: int,
-                 recorder: GuardedReward | None, on_metrics: Callable[[dict], None]):
+                 recorder: GuardedReward | None, on_metrics: Callable[[dict], None],
+                 generation_seconds: Callable[[], float] | None = None):
         self.metrics_path = run_dir / METRICS_FILE
         self.samples_path = run_dir / SAMPLES_FILE
         self.completions_per_step = completions_per_step
@@ -40,7 +41,7 @@ class MetricsCallback(TrainerCallback):
         self.on_metrics = on_metrics
         self._last_time = time.perf_counter()
         self._last_step = 0
-        self.generation_seconds: Callable[[], float] | None = None  # StepPhases.take_generation_seconds, once known
+        self.generation_seconds = generation_seconds  # StepPhases.take_generation_seconds: None leaves it out
 
     def on_train_begin(self, args, state, control, **kwargs):
         self._last_time = time.perf_counter()

@@ -37,11 +37,11 @@ def can_merge(trainer) -> bool:
 
 def install(trainer) -> bool:
     """Merge around each generate call when the model allows it; True when installed."""
+    import torch
+
     if not can_merge(trainer):
         return False
     original = trl_seam(trainer, SEAM, "wraps to generate with the adapter merged")
-    import torch
-
     model = trainer.accelerator.unwrap_model(trainer.model)
 
     def merged(*args, **kwargs):

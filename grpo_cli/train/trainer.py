@@ -9,7 +9,7 @@ from rich.console import Console
 
 from grpo_cli.errors import UserError
 from grpo_cli.quiet import quiet_libraries
-from grpo_cli.recipe.schema import Recipe
+from grpo_cli.recipe.schema import GRPOSection, Recipe
 from grpo_cli.train.runtime import check_runtime
 
 
@@ -44,91 +44,135 @@ def build_trainer(recipe: Recipe, run_dir: Path, callbacks: list | None = None, 
     """The single, explicit mapping of a validated recipe onto TRL's GRPOTrainer. `tokenizer`: one the caller
     loaded already (a second copy of Qwen2.5's costs 0.07 GiB of resident memory)."""
     from transformers import PrinterCallback
-    from trl import GRPOConfig, GRPOTrainer
+    from trl import GRPOConfig
 
     from grpo_cli import data, models
     from grpo_cli.recipe.grpo_config import grpo_config_kwargs
-    from grpo_cli.train import frozen_weights, merged_generation, zero_variance
 
     quiet_libraries()
     tokenizer = tokenizer or models.load_tokenizer(recipe)
     tools, environment_factory = _tools(recipe, tokenizer)
     prepared = data.prepare(recipe.data, tokenizer, seed=recipe.training.seed, tools=tools)
     prepared.check_enough(recipe)  # before the model loads: too few usable rows for one step is refused here
-    import torch
-
-    from grpo_cli.recipe.precision import mixed_precision_here
-
-    on_cpu = not torch.cuda.is_available()
-    mixed = mixed_precision_here(recipe, on_cpu)
-    if on_cpu:
-        from grpo_cli.cpu_memory import narrow_head_tiles
-
-        narrow_head_tiles()  # the plan's CPU head term assumes it (plan/memory.py, CPU_VOCAB_CHUNK_SIZE)
-    model = models.load_model(recipe, frozen_weights.planned_dtype(recipe, mixed))
-    if reward_funcs is None:
-        reward_funcs = guarded_rewards(recipe)
-    config = GRPOConfig(**grpo_config_kwargs(recipe, run_dir, on_cpu=on_cpu, mixed=mixed))
-    trainer_class = GRPOTrainer
-    if recipe.grpo.zero_variance_groups != "keep":
-        zero_variance.check_seams()
-        trainer_class = zero_variance.ZeroVarianceTrainer
+    on_cpu, mixed = _precision_here(recipe)
+    trainer_class, trainer_options = _trainer_class(recipe.grpo)
     trainer = trainer_class(
-        model=model,
-        reward_funcs=reward_funcs,
-        args=config,
+        model=_load_model(recipe, on_cpu, mixed),
+        reward_funcs=guarded_rewards(recipe) if reward_funcs is None else reward_funcs,
+        args=GRPOConfig(**grpo_config_kwargs(recipe, run_dir, on_cpu=on_cpu, mixed=mixed)),
         train_dataset=prepared.dataset,
         processing_class=tokenizer,
         peft_config=models.lora_config(recipe) if recipe.lora is not None else None,
         callbacks=callbacks,
         tools=tools,
         environment_factory=environment_factory,
+        **trainer_options,
     )
-    trainer.zero_variance_mode, trainer.zero_variance_rounds = recipe.grpo.zero_variance_groups, recipe.grpo.zero_variance_rounds
-    if frozen_weights.narrow(trainer, mixed) is None:  # else: generation under autocast, the adapter unmerged
-        merged_generation.install(trainer)
-    # Our progress display and metrics file replace the Trainer's raw dict printing.
+    _faster_generation(trainer, mixed)
+    # With tqdm off (grpo_config.py) the Trainer prints each raw log dict; our display and metrics file replace it.
     trainer.remove_callback(PrinterCallback)
     return trainer, prepared
+
+
+def _precision_here(recipe: Recipe) -> tuple[bool, str]:
+    """Whether this machine trains on its CPU, and the mixed precision the recipe resolves to here."""
+    import torch
+
+    from grpo_cli.recipe.precision import mixed_precision_here
+
+    on_cpu = not torch.cuda.is_available()
+    return on_cpu, mixed_precision_here(recipe, on_cpu)
+
+
+def _load_model(recipe: Recipe, on_cpu: bool, mixed: str):
+    """The model, its frozen weights loaded in the dtype they will train in (frozen_weights.py)."""
+    from grpo_cli import models
+    from grpo_cli.train.frozen_weights import planned_dtype
+
+    if on_cpu:
+        from grpo_cli.cpu_memory import narrow_head_tiles
+
+        narrow_head_tiles()  # the plan's CPU head term assumes it (plan/memory.py, CPU_VOCAB_CHUNK_SIZE)
+    return models.load_model(recipe, planned_dtype(recipe, mixed))
+
+
+def _trainer_class(grpo: GRPOSection) -> tuple[type, dict]:
+    """TRL's GRPOTrainer, or the subclass that skips or resamples zero-variance groups, with the options it takes."""
+    from trl import GRPOTrainer
+
+    from grpo_cli.train import zero_variance
+
+    if grpo.zero_variance_groups == "keep":
+        return GRPOTrainer, {}
+    zero_variance.check_seams()
+    return zero_variance.ZeroVarianceTrainer, {"zero_variance_mode": grpo.zero_variance_groups,
+                                               "zero_variance_rounds": grpo.zero_variance_rounds}
+
+
+def _faster_generation(trainer, mixed: str) -> None:
+    """Under autocast: frozen weights in the autocast dtype, generation unmerged; else (float32) generation with the
+    LoRA adapter merged. Each leaves the runs it does not apply to unchanged."""
+    from grpo_cli.train import frozen_weights, merged_generation
+
+    if frozen_weights.narrow(trainer, mixed) is None:
+        merged_generation.install(trainer)
 
 
 def train(recipe: Recipe, resume: bool = False, console: Console | None = None) -> TrainResult:
     """Run a recipe to the end (or to Ctrl-C), writing everything a run keeps into its run directory."""
     from grpo_cli.recipe.precision import precision_label
-    from grpo_cli.train.callbacks import InterruptCallback, MetricsCallback
-    from grpo_cli.train.display import TrainingDisplay
+    from grpo_cli.train.callbacks import InterruptCallback
     from grpo_cli.train.distributed import process_rank
-    from grpo_cli.train.phases import StepPhases
-    from grpo_cli.runs.model_card import write_model_card
-    from grpo_cli.train.reward_guard import RewardFailure
-    from grpo_cli.tools.guard import EnvironmentFailure
-    from grpo_cli.runs.layout import FINAL_DIR
 
     # Under `accelerate launch` every rank runs this; only rank 0 talks, and the launcher made the run directory.
     console = console or Console(stderr=True, quiet=process_rank() != 0)
     check_runtime(recipe)
-    run_dir = recipe.output_dir
     checkpoint = _start(recipe, resume, console)
     reward_funcs = guarded_rewards(recipe, warn=lambda line: console.print(line, style="yellow", highlight=False))
-    interrupt = InterruptCallback()
-    displays: list[TrainingDisplay] = []
-    metrics_cb = MetricsCallback(run_dir, recipe.training.log_completions, recipe.generation_batch_size,
-                                 reward_funcs[0], on_metrics=lambda record: displays and displays[0].update(record))
     console.print(f"[bold]grpo train[/] {recipe.run_name}: {recipe.method} on {recipe.model.name} "
-                  f"({precision_label(recipe)}) -> {run_dir}")
+                  f"({precision_label(recipe)}) -> {recipe.output_dir}")
     for line in ram_warning(recipe):
         console.print(line, style="yellow", highlight=False, soft_wrap=True)
-    trainer, prepared = build_trainer(recipe, run_dir, [metrics_cb, interrupt], reward_funcs)
+    interrupt = InterruptCallback()
+    trainer, prepared = build_trainer(recipe, recipe.output_dir, [interrupt], reward_funcs)
     for line in prepared.report(recipe):
         console.print(line, highlight=False)
-    displays.append(TrainingDisplay(console, recipe.total_steps(len(prepared.dataset))))
-    phases = StepPhases(displays[0].phase, recipe.grpo.max_completion_length, recipe.generation_batch_per_process,
+    display = _watch(trainer, recipe, console, len(prepared.dataset), reward_funcs[0])
+    _run_steps(trainer, recipe, checkpoint, display, interrupt)
+    final_dir = _save_final(trainer, recipe, interrupt.requested, console)
+    console.print(display.summary())
+    if final_dir:
+        console.print(f"saved {'adapter' if recipe.lora else 'model'} to {final_dir}; plot with: grpo report "
+                      f"{recipe.output_dir}")
+    return TrainResult(recipe.output_dir, trainer.state.global_step, interrupt.requested, final_dir, display.history)
+
+
+def _watch(trainer, recipe: Recipe, console: Console, rows: int, recorder):
+    """The progress display, fed by the step's phases and by the callback that writes metrics.jsonl (each one added
+    to the trainer, the metrics first)."""
+    from grpo_cli.train.callbacks import MetricsCallback
+    from grpo_cli.train.display import TrainingDisplay
+    from grpo_cli.train.phases import StepPhases
+
+    display = TrainingDisplay(console, recipe.total_steps(rows))
+    phases = StepPhases(display.phase, recipe.grpo.max_completion_length, recipe.generation_batch_per_process,
                         recipe.training.gradient_accumulation_steps)
+    trainer.add_callback(MetricsCallback(recipe.output_dir, recipe.training.log_completions,
+                                         recipe.generation_batch_size, recorder, on_metrics=display.update,
+                                         generation_seconds=phases.take_generation_seconds))
     phases.install(trainer)
-    metrics_cb.generation_seconds = phases.take_generation_seconds
+    return display
+
+
+def _run_steps(trainer, recipe: Recipe, checkpoint: Path | None, display, interrupt) -> None:
+    """Train from `checkpoint` (None: step 0) under the display; Ctrl-C stops after a step, a failing reward or
+    environment stops with the finished steps saved."""
+    from grpo_cli.tools.guard import EnvironmentFailure
+    from grpo_cli.train.reward_guard import RewardFailure
+
     interrupt.install()
     try:
-        with displays[0]:
+        with display:
             trainer.train(resume_from_checkpoint=str(checkpoint) if checkpoint else None)
     except RewardFailure as failure:
         raise UserError(f"{failure}; {_save_after_failure(trainer, recipe)}", path="rewards") from None
@@ -137,20 +181,23 @@ def train(recipe: Recipe, resume: bool = False, console: Console | None = None) 
     finally:
         interrupt.uninstall()
 
+
+def _save_final(trainer, recipe: Recipe, interrupted: bool, console: Console) -> Path | None:
+    """The finished model in final/ (None when interrupted), then the model card over TRL's and PEFT's stock ones."""
+    from grpo_cli.runs.layout import FINAL_DIR
+    from grpo_cli.runs.model_card import write_model_card
+
     final_dir = None
-    if interrupt.requested:
+    if interrupted:
         console.print(f"interrupted at step {trainer.state.global_step}; continue with: grpo train <recipe> --resume")
     else:
-        final_dir = run_dir / FINAL_DIR
+        final_dir = recipe.output_dir / FINAL_DIR
         trainer.save_model(str(final_dir))  # collective under FSDP/ZeRO-3: every rank takes part
         if trainer.is_world_process_zero():
             trainer.processing_class.save_pretrained(str(final_dir))
     if trainer.is_world_process_zero():
-        write_model_card(run_dir, recipe)  # after the last save: TRL and PEFT each write their stock card there
-    console.print(displays[0].summary())
-    if final_dir:
-        console.print(f"saved {'adapter' if recipe.lora else 'model'} to {final_dir}; plot with: grpo report {run_dir}")
-    return TrainResult(run_dir, trainer.state.global_step, interrupt.requested, final_dir, displays[0].history)
+        write_model_card(recipe.output_dir, recipe)  # after the last save: TRL and PEFT each write their stock card there
+    return final_dir
 
 
 def _tools(recipe: Recipe, tokenizer) -> tuple[list | None, object | None]:

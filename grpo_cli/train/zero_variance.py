@@ -47,8 +47,10 @@ def zero_variance_groups(rewards_per_func: torch.Tensor, weights: torch.Tensor, 
 class ZeroVarianceTrainer(GRPOTrainer):
     """GRPOTrainer that skips or resamples zero-variance groups (`zero_variance_mode`: skip | resample)."""
 
-    zero_variance_mode = "skip"
-    zero_variance_rounds = 2
+    def __init__(self, *args, zero_variance_mode: str = "skip", zero_variance_rounds: int = 2, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.zero_variance_mode = zero_variance_mode
+        self.zero_variance_rounds = zero_variance_rounds
 
     def _calculate_rewards(self, *args, **kwargs):
         rewards_per_func = super()._calculate_rewards(*args, **kwargs)
