@@ -108,8 +108,8 @@ def skip_unused_bitsandbytes(recipe: Recipe) -> bool:
 #
 # TRL projects the LM head in [4096 tokens, 32768 vocabulary] tiles (trl/kernels/chunked_logprob.py). With Triton the
 # fold of each tile runs in registers; without it (every CPU) `_forward_tile` and `_backward_tile` run it as torch ops
-# that hold several float32 copies of the whole tile at once, 1.33 GiB at the demo's full length against 0.47 GiB of
-# unchunked logits. Narrower tiles hold proportionally less and change results only by float32 rounding (the fold is
+# that hold several float32 copies of the whole tile at once: at the demo's full length, more than the unchunked
+# logits would take. Narrower tiles hold proportionally less and change results only by float32 rounding (the fold is
 # an online logsumexp in float32, and the gradients accumulate in float32 either way; tests/test_cpu_memory.py).
 CPU_HEAD_TILE = 8192
 

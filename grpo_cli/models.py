@@ -26,9 +26,9 @@ def converted_dir(gguf: Path) -> Path:
 def plain_model_dir(gguf: Path) -> Path:
     """Dequantize a .gguf file once into a cached plain model directory (bfloat16 safetensors).
 
-    The conversion runs in a child process: transformers dequantizes the whole file to float32 at once (a 3.1 GiB peak
-    for Qwen2.5-0.5B), and memory given back to the allocator is not given back to the system, so in this process it
-    would stay resident beside the training that follows (1.7 GiB of it did). `grpo plan` gives its peak
+    The conversion runs in a child process: transformers dequantizes the whole file to float32 at once, and memory
+    given back to the allocator is not given back to the system, so in this process much of that peak would stay
+    resident beside the training that follows (benchmarks/cpu_memory.txt). `grpo plan` gives its peak
     (plan/gguf_header.py conversion_peak_bytes)."""
     import subprocess
     import sys
@@ -132,7 +132,7 @@ def load_model(recipe, frozen_linear_dtype: str | None = None):
 
     A float32 run of a checkpoint stored narrower loads it as stored (memory-mapped, nothing read yet) and widens it
     tensor by tensor from the file, instead of from_pretrained's conversion, which holds the whole mapped file beside
-    the whole converted copy (Qwen2.5-0.5B: a 3.3 GiB peak for a 2.1 GiB model). With `frozen_linear_dtype` (a LoRA
+    the whole converted copy (load peaks in benchmarks/cpu_memory.txt). With `frozen_linear_dtype` (a LoRA
     run under autocast, grpo_cli/train/frozen_weights.py) a checkpoint stored in that dtype keeps its Linear weights as
     stored: the same values as loading all in float32 and casting the Linears back."""
     import torch
@@ -206,7 +206,7 @@ def _stored_tensors(location: str, revision: str | None) -> dict[str, tuple[Path
 def _read_stored(path: Path, data_start: int, entry: dict, stored_dtype, dtype, chunk_bytes: int = 64 << 20):
     """One tensor read from a safetensors file with plain reads (the page cache holds the file, not this process),
     converted to `dtype` in slices of about `chunk_bytes`: a whole-tensor staging copy would be freed to the allocator,
-    which keeps it (0.25 GiB for Qwen2.5-0.5B's embedding in bfloat16)."""
+    which keeps it (as large as the largest tensor: the embedding)."""
     import torch
 
     shape = entry["shape"]
@@ -230,7 +230,7 @@ def _widen_from_file(model, stored: dict, dtype, keep_linears: bool) -> None:
     """Every floating parameter and buffer to `dtype`, one at a time, read from the checkpoint file where it is found
     there as loaded (same name, shape and dtype); with `keep_linears` the decoder Linear layers' weights keep their
     stored dtype. Nothing stays a view of the file's memory map: while one view lives the whole mapping stays, and
-    every page read through it counts in the resident set until the end (1.17 GiB at Qwen2.5-0.5B's load peak)."""
+    every page read through it counts in the resident set until the end (benchmarks/cpu_memory.txt)."""
     import torch
 
     output = model.get_output_embeddings()

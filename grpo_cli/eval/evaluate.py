@@ -6,7 +6,7 @@ Two protocols:
   rule). Numbers are compared numerically.
 - `lm-eval`: lm-evaluation-harness's `gsm8k` task (0.4.13): 5-shot "Question: ...\\nAnswer:" prompts with few-shot
   examples drawn by its sampler, its stop sequences, 256 new tokens, and its two filters and exact_match
-  normalisation (grpo_cli/answers.py), so the figures sit beside published ones.
+  normalisation (rewards/answers.py, shared with the training rewards), so the figures sit beside published ones.
 
 Every scored problem is appended to predictions.jsonl at once; a rerun with the same output continues with the
 problems not yet there, so none is lost or scored twice.
@@ -56,7 +56,8 @@ def max_new_tokens(ev: EvalSection) -> int:
 
 def settings_of(recipe: Recipe, target: Target, compute_dtype: str | None = None) -> dict[str, Any]:
     """What makes two evaluations the same one (limit and batch size may change between resumes). `compute_dtype` is
-    recorded only where it differs from the weights' dtype, so float32 evaluations made before it existed continue."""
+    recorded only where it differs from the weights' dtype: an evaluation that computes in its weights' dtype has
+    settings without the key, and those still match a folder whose settings lack it."""
     ev = recipe.eval
     return {
         "model": target.model, "adapter": target.adapter, "dtype": recipe.model.dtype,

@@ -130,9 +130,8 @@ class ContinuousGenerator(HFGenerator):
     the running batch, left-padded to a common length. Each row computes what it would alone, up to float
     rounding; `benchmarks/eval_vs_lm_eval.py` checks the completions against lm-eval's, token for token.
 
-    Kept beside transformers' own continuous batching (`generate_batch`) because it is much faster here: on 200
-    GSM8K test prompts (SmolLM2-135M, float32, 2 CPU cores, batch 32, 256 new tokens) 81.3 against 14.5 tokens/s,
-    5.6x, with 200 of 200 greedy completions identical (benchmarks/eval_generation_engines.txt).
+    Kept beside transformers' own continuous batching (`generate_batch`) because it is much faster on a CPU, with
+    the same greedy completions (benchmarks/eval_generation_engines.txt).
     """
 
     def __init__(self, *args, prefill_group: int = 4, **kwargs):

@@ -55,7 +55,7 @@ def summarize(records: list[dict[str, Any]], wall_s: float, new_problems: int, n
 
 def behaviour(records: list[dict[str, Any]], budget: int | None) -> dict[str, float]:
     """How often the format was followed, mean completion length, and the share cut at the token budget (left out
-    when the budget is unknown, as in summaries written before it was recorded)."""
+    when the budget is unknown: a summary without `max_new_tokens`)."""
     n = len(records)
     result = {"format_rate": sum(bool(r["formatted"]) for r in records) / n if n else 0.0,
               "mean_new_tokens": sum(r["new_tokens"] for r in records) / n if n else 0.0}

@@ -1,11 +1,10 @@
 """Which mixed precision a run trains in: the recipe's `model.mixed_precision`, with `auto` decided by the hardware.
 
 Mixed precision runs the matmuls in bfloat16 (or float16) under autocast while the weights, gradients and optimizer
-stay in `model.dtype`. It pays only where the hardware multiplies bfloat16 natively: on this project's 2-core
-AVX512-BF16 CPU a Qwen2.5-0.5B LoRA step took 105 s against 157 s in float32 (benchmarks/train_overhead.txt; matmul
-throughput by dtype in benchmarks/cpu_limits.txt). On a CPU without it, oneDNN emulates bfloat16 and a step of the
-demo took 110 s against 13.5 s in float32. TRL's own default (`bf16=True` whatever the hardware) would take that
-slow path on such CPUs; `auto` does not.
+stay in `model.dtype`. It pays only where the hardware multiplies bfloat16 natively (LoRA steps in both precisions
+on an AVX512-BF16 CPU: benchmarks/train_overhead.txt; matmul throughput by dtype: benchmarks/cpu_limits.txt). On a
+CPU without it, oneDNN emulates bfloat16 and a step is several times slower than in float32. TRL's own default
+(`bf16=True` whatever the hardware) would take that slow path on such CPUs; `auto` does not.
 """
 
 from __future__ import annotations
@@ -56,7 +55,7 @@ def mixed_precision_here(recipe: Recipe, on_cpu: bool) -> str:
 def inference_dtype(recipe: Recipe, on_cpu: bool) -> str:
     """The dtype evaluation generates in: the one training multiplies in. Without gradients nothing needs float32
     master weights, so the weights themselves are cast once (autocast would cast every weight again at every decode
-    step). Qwen2.5-Coder-0.5B at batch 16 on this CPU: 100 against 39 tokens/s in float32 (benchmarks/eval_precision.txt)."""
+    step); throughput and accuracy in both dtypes: benchmarks/eval_precision.txt."""
     mixed = mixed_precision_here(recipe, on_cpu)
     return {"bf16": "bfloat16", "fp16": "float16"}.get(mixed, recipe.model.dtype)
 

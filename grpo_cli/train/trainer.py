@@ -42,7 +42,7 @@ def run(recipe: Recipe, resume: bool = False, echo=print) -> int:
 def build_trainer(recipe: Recipe, run_dir: Path, callbacks: list | None = None, reward_funcs: list | None = None,
                   tokenizer=None):
     """The single, explicit mapping of a validated recipe onto TRL's GRPOTrainer. `tokenizer`: one the caller
-    loaded already (a second copy of Qwen2.5's costs 0.07 GiB of resident memory)."""
+    loaded already, since a second copy stays resident beside the first (benchmarks/cpu_memory.txt)."""
     from transformers import PrinterCallback
     from trl import GRPOConfig
 
