@@ -1,0 +1,88 @@
+"""The commands on what training wrote, or on any model: eval, report, export."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from grpo_cli.cli.parts import OverridesArg, examples, user_errors
+from grpo_cli.cli.root import app
+
+RunDirArg = Annotated[Path, typer.Argument(help="Run directory written by `grpo train`.", show_default=False)]
+
+
+@app.command(
+    "eval",
+    epilog=examples("grpo eval recipes/qwen2.5/0.5b_lora.yaml --limit 200|the base model",
+                    "grpo eval --run runs/qwen2.5-0.5b-lora|the trained adapter or model",
+                    "grpo eval --compare runs/qwen2.5-0.5b-lora --limit 500|base and trained on the same problems",
+                    "grpo eval --compare runs/b --base runs/a/eval/chat-test/base|reuse a base evaluation, same settings",
+                    "grpo eval --model HuggingFaceTB/SmolLM2-135M-Instruct --protocol lm-eval --data gsm8k/test.jsonl"))
+def evaluate(
+    recipe: Annotated[Optional[Path], typer.Argument(help="Recipe YAML (optional with --run, --compare or --model).",
+                                                     show_default=False)] = None,
+    overrides: OverridesArg = None,
+    run: Annotated[Optional[Path], typer.Option("--run", help="Evaluate the trained model of this run (or RUN/checkpoint-N).")] = None,
+    compare_run: Annotated[Optional[Path], typer.Option("--compare", help="Evaluate base and trained of this run (or RUN/checkpoint-N).")] = None,
+    base_dir: Annotated[Optional[Path], typer.Option(
+        "--base", help="With --compare: reuse (and continue) this base evaluation; its settings must match.")] = None,
+    model: Annotated[Optional[str], typer.Option("--model", help="Model hub id, directory or .gguf file.")] = None,
+    adapter: Annotated[Optional[Path], typer.Option("--adapter", help="LoRA adapter directory on top of the model.")] = None,
+    data: Annotated[Optional[str], typer.Option("--data", help="openai/gsm8k, a GSM8K-format .jsonl, or generated.")] = None,
+    split: Annotated[Optional[str], typer.Option("--split", help="Dataset split (default test).")] = None,
+    limit: Annotated[Optional[int], typer.Option("--limit", help="First N problems only.")] = None,
+    batch_size: Annotated[Optional[int], typer.Option("--batch-size", help="Prompts per generation batch.")] = None,
+    max_new_tokens: Annotated[Optional[int], typer.Option("--max-new-tokens", help="Generation budget.")] = None,
+    protocol: Annotated[Optional[str], typer.Option("--protocol", help="chat (default) or lm-eval.")] = None,
+    output: Annotated[Optional[Path], typer.Option("--output", help="Results directory (rerun it to continue).")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the summary as JSON.")] = False,
+) -> None:
+    """GSM8K held-out accuracy of a base model or a trained run, with intervals; resumable."""
+    from rich.console import Console
+
+    from grpo_cli.eval.command import EvalRequest, run_eval
+    from grpo_cli.eval.view import EvalDisplay, outcome_json, print_outcome
+
+    overrides = list(overrides or [])
+    if recipe is not None and "=" in str(recipe) and not recipe.exists():  # only overrides were given
+        recipe, overrides = None, [str(recipe), *overrides]
+    options = {"eval.source": data, "eval.split": split, "eval.limit": limit, "eval.batch_size": batch_size,
+               "eval.max_new_tokens": max_new_tokens, "eval.protocol": protocol}
+    request = EvalRequest(recipe, overrides, run, compare_run, base_dir, model, adapter, options, output)
+    console = Console(stderr=as_json)
+    with user_errors():
+        outcome = run_eval(request, EvalDisplay(console))
+    if as_json:
+        typer.echo(json.dumps(outcome_json(outcome), indent=2))
+    else:
+        print_outcome(console, outcome)
+
+
+@app.command(epilog=examples("grpo report runs/demo", "grpo report runs/demo --output demo.png"))
+def report(
+    run_dir: RunDirArg,
+    output: Annotated[Optional[Path], typer.Option("--output", "-o", help="PNG path (default RUN_DIR/report.png).")] = None,
+) -> None:
+    """Plot a run's reward (total and per reward), KL and completion length against step."""
+    from grpo_cli.runs.report import plot_run
+
+    with user_errors():
+        written = plot_run(run_dir, output, warn=lambda line: typer.echo(line, err=True))
+    typer.echo(f"wrote {written}")
+
+
+@app.command(epilog=examples("grpo export runs/demo --merge merged/demo"))
+def export(
+    run_dir: RunDirArg,
+    merge: Annotated[Path, typer.Option("--merge", help="Write the base model with the LoRA adapter merged in here.")],
+    force: Annotated[bool, typer.Option("--force", help="Replace an existing output directory.")] = False,
+) -> None:
+    """Write a standalone model directory from a LoRA or QLoRA run."""
+    from grpo_cli.runs.export import merge_lora_run
+
+    with user_errors():
+        written = merge_lora_run(run_dir, merge, force)
+    typer.echo(f"wrote merged model to {written}")
