@@ -214,7 +214,8 @@ def test_eval_generates_in_the_training_precision_with_the_adapter_unmerged(tmp_
     from peft import LoraConfig, get_peft_model
     from transformers import AutoModelForCausalLM
 
-    from grpo_cli.eval.evaluate import Target, _generator, settings_of
+    from grpo_cli.eval.evaluate import _generator, settings_of
+    from grpo_cli.eval.targets import Target
 
     peft = get_peft_model(AutoModelForCausalLM.from_pretrained(tiny_llama, dtype=torch.float32), LoraConfig(r=4, lora_alpha=8, target_modules="all-linear", init_lora_weights=False))
     adapter = tmp_path / "adapter"

@@ -9,7 +9,7 @@ from typer.testing import CliRunner
 
 from conftest import write_recipe
 from grpo_cli.cli import app
-from grpo_cli.eval.generation import ContinuousGenerator
+from grpo_cli.eval.continuous import ContinuousGenerator
 from grpo_cli.tools.loop import ToolLoop
 from grpo_cli.recipe.validation import load_recipe
 from grpo_cli.tools.registry import guarded_tools

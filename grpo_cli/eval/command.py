@@ -12,6 +12,7 @@ from grpo_cli.cpu_memory import skip_unused_bitsandbytes
 from grpo_cli.errors import UserError
 from grpo_cli.eval import evaluate as ev
 from grpo_cli.eval.store import OWN_FILES, refuse_foreign
+from grpo_cli.eval.targets import Target, default_output, run_target
 from grpo_cli.recipe.schema import Recipe
 from grpo_cli.runs.layout import COMPARISON_FILE, RECIPE_FILE, SETTINGS_FILE, is_checkpoint
 
@@ -39,23 +40,23 @@ def run_eval(request: EvalRequest, display=None) -> EvalOutcome:
     """Check everything that needs no model first, then evaluate; the run's model card is refreshed after."""
     recipe = _load(request)
     skip_unused_bitsandbytes(recipe)
-    base = ev.Target("base" if request.adapter is None else "adapter", recipe.model.name,
+    base = Target("base" if request.adapter is None else "adapter", recipe.model.name,
                      str(request.adapter) if request.adapter else None)
     run_dir = request.compare_run or request.run
     if request.compare_run is not None:
-        root = request.output or ev.default_output(recipe.eval, base, request.compare_run)
+        root = request.output or default_output(recipe.eval, base, request.compare_run)
         base_out, trained_out = request.base_dir or root / "base", root / "trained"
         refuse_foreign(root, {"base", "trained", COMPARISON_FILE}, "grpo eval --compare")
         for folder in (base_out, trained_out):
             refuse_foreign(folder, OWN_FILES, "grpo eval")
-        trained = ev.run_target(request.compare_run, recipe)
+        trained = run_target(request.compare_run, recipe)
         # A base evaluation is the same for every run with the same settings: --base reuses it (the store's
         # settings check refuses one made with another prompt, budget, dtype or data).
         results = [ev.evaluate(recipe, base, base_out, display), ev.evaluate(recipe, trained, trained_out, display)]
         outcome = EvalOutcome(results, ev.compare(results[0], results[1], root))
     else:
-        target = ev.run_target(request.run, recipe) if request.run is not None else base
-        default = ev.default_output(recipe.eval, target, request.run)
+        target = run_target(request.run, recipe) if request.run is not None else base
+        default = default_output(recipe.eval, target, request.run)
         output = request.output or (default / "trained" if request.run else default)
         outcome = EvalOutcome([ev.evaluate(recipe, target, output, display)], None)
     if run_dir is not None and not is_checkpoint(run_dir):

@@ -15,32 +15,22 @@ problems not yet there, so none is lost or scored twice.
 from __future__ import annotations
 
 import json
-import re
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from grpo_cli.errors import UserError
 from grpo_cli.eval.problems import chat_prompts, fewshot_pool, lm_eval_prompts, load_problems
 from grpo_cli.eval.scoring import FILTERS, behaviour, score, summarize
 from grpo_cli.eval.stats import paired_difference
 from grpo_cli.tools.loop import tool_summary
 from grpo_cli.eval.store import PredictionStore
+from grpo_cli.eval.targets import Target
 from grpo_cli.recipe.schema import EvalSection, Recipe
-from grpo_cli.runs.layout import COMPARISON_FILE, EVAL_DIR, FINAL_DIR, SUMMARY_FILE, is_checkpoint
+from grpo_cli.runs.layout import COMPARISON_FILE, SUMMARY_FILE
 
 LM_EVAL_STOPS = ["Question:", "</s>", "<|im_end|>"]  # gsm8k.yaml `until`; the tokenizer's EOS is added
 DEFAULT_MAX_NEW_TOKENS = {"chat": 512, "lm-eval": 256}
-
-
-@dataclass(frozen=True)
-class Target:
-    """What is evaluated: a model (hub id, directory, .gguf) and optionally a LoRA adapter on top of it."""
-
-    label: str
-    model: str
-    adapter: str | None = None
 
 
 @dataclass
@@ -171,9 +161,8 @@ def _generator(recipe: Recipe, target: Target, budget: int):
     """vLLM when installed on CUDA (not for bitsandbytes-quantized models), else transformers' generate."""
     import torch
 
-    from grpo_cli.eval.generation import (
-        ContinuousGenerator, HFGenerator, VLLMGenerator, supports_continuous_batching, vllm_available,
-    )
+    from grpo_cli.eval.continuous import ContinuousGenerator, supports_continuous_batching
+    from grpo_cli.eval.generation import HFGenerator, VLLMGenerator, vllm_available
     from grpo_cli.eval.lean_lora import lean_lora
     from grpo_cli.models import load_model, load_tokenizer, resolve_model_path
     from grpo_cli.quiet import quiet_libraries
@@ -206,39 +195,6 @@ def _generator(recipe: Recipe, target: Target, budget: int):
     max_length = getattr(model.config, "max_position_embeddings", None)
     engine = ContinuousGenerator if supports_continuous_batching(model) else HFGenerator
     return engine(model, tokenizer, budget, stops, max_length), tokenizer
-
-
-def default_output(ev: EvalSection, target: Target, run_dir: Path | None = None) -> Path:
-    """RUN/eval/<protocol>-<data>[-checkpoint-N] for a run (base/ and trained/ beneath), else
-    evals/<model>[-<adapter>]-<...>."""
-    tag = f"{ev.protocol}-{Path(ev.source).stem if Path(ev.source).suffix else ev.split}"
-    if run_dir is not None and is_checkpoint(run_dir):
-        return run_dir.parent / EVAL_DIR / f"{tag}-{run_dir.name}"
-    if run_dir is not None:
-        return run_dir / EVAL_DIR / tag
-    adapter = f"-{_slug(target.adapter)}" if target.adapter else ""
-    return Path("evals") / f"{_slug(target.model)}{adapter}-{tag}"
-
-
-def _slug(name: str) -> str:
-    """A folder name from a hub id or a path: `Qwen/Qwen2.5-0.5B` -> `Qwen2.5-0.5B`."""
-    return re.sub(r"[^A-Za-z0-9._-]+", "_", Path(name.rstrip("/")).name.removesuffix(".gguf")) or "model"
-
-
-def run_target(run_dir: Path, recipe: Recipe) -> Target:
-    """The trained model of a finished run (its LoRA adapter on the recipe's base, or its full weights), or of one
-    of its checkpoints when `run_dir` is RUN/checkpoint-N."""
-    from grpo_cli.models import is_lora_adapter
-
-    weights = run_dir if is_checkpoint(run_dir) else run_dir / FINAL_DIR
-    if is_lora_adapter(weights):
-        return Target("trained", recipe.model.name, str(weights))
-    if (weights / "config.json").exists():
-        return Target("trained", str(weights))
-    if weights == run_dir:
-        raise UserError(f"{run_dir} holds neither a LoRA adapter nor full model weights")
-    raise UserError(f"{run_dir} has no finished model in {weights}: finish it with `grpo train RECIPE --resume`, "
-                    f"or evaluate a checkpoint with --run {run_dir}/checkpoint-N")
 
 
 def compare(base: EvalResult, trained: EvalResult, output: Path) -> dict[str, Any]:

@@ -1,0 +1,54 @@
+"""What `grpo eval` evaluates and where its results go: a model and optional adapter, a run's trained model or one of
+its checkpoints, and the default output folder of each."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from grpo_cli.errors import UserError
+from grpo_cli.recipe.schema import EvalSection, Recipe
+from grpo_cli.runs.layout import EVAL_DIR, FINAL_DIR, is_checkpoint
+
+
+@dataclass(frozen=True)
+class Target:
+    """What is evaluated: a model (hub id, directory, .gguf) and optionally a LoRA adapter on top of it."""
+
+    label: str
+    model: str
+    adapter: str | None = None
+
+
+def default_output(ev: EvalSection, target: Target, run_dir: Path | None = None) -> Path:
+    """RUN/eval/<protocol>-<data>[-checkpoint-N] for a run (base/ and trained/ beneath), else
+    evals/<model>[-<adapter>]-<...>."""
+    tag = f"{ev.protocol}-{Path(ev.source).stem if Path(ev.source).suffix else ev.split}"
+    if run_dir is not None and is_checkpoint(run_dir):
+        return run_dir.parent / EVAL_DIR / f"{tag}-{run_dir.name}"
+    if run_dir is not None:
+        return run_dir / EVAL_DIR / tag
+    adapter = f"-{_slug(target.adapter)}" if target.adapter else ""
+    return Path("evals") / f"{_slug(target.model)}{adapter}-{tag}"
+
+
+def _slug(name: str) -> str:
+    """A folder name from a hub id or a path: `Qwen/Qwen2.5-0.5B` -> `Qwen2.5-0.5B`."""
+    return re.sub(r"[^A-Za-z0-9._-]+", "_", Path(name.rstrip("/")).name.removesuffix(".gguf")) or "model"
+
+
+def run_target(run_dir: Path, recipe: Recipe) -> Target:
+    """The trained model of a finished run (its LoRA adapter on the recipe's base, or its full weights), or of one
+    of its checkpoints when `run_dir` is RUN/checkpoint-N."""
+    from grpo_cli.models import is_lora_adapter
+
+    weights = run_dir if is_checkpoint(run_dir) else run_dir / FINAL_DIR
+    if is_lora_adapter(weights):
+        return Target("trained", recipe.model.name, str(weights))
+    if (weights / "config.json").exists():
+        return Target("trained", str(weights))
+    if weights == run_dir:
+        raise UserError(f"{run_dir} holds neither a LoRA adapter nor full model weights")
+    raise UserError(f"{run_dir} has no finished model in {weights}: finish it with `grpo train RECIPE --resume`, "
+                    f"or evaluate a checkpoint with --run {run_dir}/checkpoint-N")
