@@ -11,7 +11,8 @@ from safetensors.torch import load_file
 
 from conftest import ASSETS, write_recipe
 from grpo_cli.recipe.validation import load_recipe
-from grpo_cli.train.trainer import build_trainer, train
+from grpo_cli.train.run import train
+from grpo_cli.train.trainer import build_trainer
 from tool_models import SYSTEM
 
 TOOL_SECTIONS = dict(

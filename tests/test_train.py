@@ -18,7 +18,7 @@ from typer.testing import CliRunner
 
 from conftest import ASSETS, write_recipe
 from grpo_cli.cli import app
-from grpo_cli.train.trainer import train
+from grpo_cli.train.run import train
 from grpo_cli.recipe.validation import load_recipe
 
 REWARDS = [{"name": f"{ASSETS / 'varied_rewards.py'}:digit_share"}, {"name": "correctness"}]

@@ -44,7 +44,7 @@ def train(
 ) -> None:
     """Train with GRPO: validate the recipe, then run TRL's GRPOTrainer and save the result."""
     from grpo_cli.recipe.validation import load_recipe
-    from grpo_cli.train.trainer import run
+    from grpo_cli.train.run import run
 
     options = {"distributed.num_processes": num_processes, "distributed.strategy": strategy,
                "distributed.accelerate_config": str(accelerate_config) if accelerate_config else None}
