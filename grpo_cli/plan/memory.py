@@ -5,8 +5,8 @@ B completions per micro-batch, S = prompt + completion tokens, V vocab, L layers
 kv = key/value heads x head_dim.
 
 Peak (tensors) = static + max(generation phase, training phase), where static is what lives for the whole
-run (weights, LoRA weights, reference model, optimizer states). Gradients exist only from the first
-backward to the optimizer step (`zero_grad(set_to_none=True)`), so they belong to the training phase.
+run (weights, LoRA weights, reference model, optimizer states: plan/static_memory.py). Gradients exist only from
+the first backward to the optimizer step (`zero_grad(set_to_none=True)`), so they belong to the training phase.
 
 Constants marked FITTED were fitted to live-tensor peaks measured on real TRL steps
 (benchmarks/memory.py, results in benchmarks/memory_calibration.csv); the others come from the tensor
@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from grpo_cli.cpu_memory import CPU_HEAD_TILE
 from grpo_cli.plan.architectures import Architecture
 from grpo_cli.plan.sharding import Term, per_process
+from grpo_cli.plan.static_memory import bytes_per_trainable, mixed_precision_on, static_terms, trainable_params
 from grpo_cli.recipe.schema import Recipe
 
 GIB = 2**30
@@ -48,14 +49,6 @@ ACT_FFN = 2.0
 ACT_KV = 1.0
 ACT_HIDDEN_FP32 = 2.0
 
-# bitsandbytes: NF4/FP4 store 0.5 byte per weight plus one float32 absmax per 64-weight block (0.0625 B);
-# double quantisation stores that absmax in 8 bits with a float32 per 256 blocks (~0.0157 B).
-NF4_BYTES = {True: 0.5 + 1 / 64 + 4 / (64 * 256), False: 0.5 + 4 / 64}
-# LLM.int8: one int8 per weight plus a float32 scale per output row (negligible).
-INT8_BYTES = 1.0
-# bitsandbytes 8-bit optimizers: two uint8 states + a float32 absmax per 256-value block each; tensors
-# under 4096 elements keep 32-bit states (bitsandbytes' min_8bit_size).
-ADAM8_BYTES = 2 + 2 * 4 / 256
 # What nvidia-smi shows beyond torch's live tensors: the CUDA context and the caching allocator's slack.
 CUDA_CONTEXT_GIB = 0.6
 ALLOCATOR_SLACK = 0.10
@@ -99,16 +92,10 @@ class Plan:
         return next(t for t in self.terms if t.name == name)
 
 
-def _trainable_params(recipe: Recipe, arch: Architecture) -> int:
-    if recipe.lora is None:
-        return arch.params
-    return arch.lora_params(recipe.lora.r, recipe.lora.target_modules)
-
-
 def memory_plan(recipe: Recipe, arch: Architecture, device: str = "cuda", gpu_bytes: float | None = None) -> Plan:
     """Bytes per term for one process (device), without loading anything."""
     w = DTYPE_BYTES[recipe.model.dtype]
-    terms = _static_terms(recipe, arch, device, w) + _generation_terms(recipe, arch, device, w)
+    terms = static_terms(recipe, arch, device, w) + _generation_terms(recipe, arch, device, w)
     terms += _training_terms(recipe, arch, device, w)
     terms = per_process(terms, recipe, arch, w)
 
@@ -127,86 +114,6 @@ def memory_plan(recipe: Recipe, arch: Architecture, device: str = "cuda", gpu_by
     if recipe.grpo.use_vllm and gpu_bytes:
         smi += recipe.grpo.vllm_gpu_memory_utilization * gpu_bytes
     return Plan(arch, terms, static, generation, training, peak, smi, device, gpu_bytes)
-
-
-def _param_bytes(recipe: Recipe, w: int) -> int:
-    """Bytes per trainable parameter: PEFT keeps adapters in float32, bf16 on a quantised base (TRL casts them,
-    QLoRA paper, section 3); full fine-tuning trains the weights in their own dtype."""
-    if recipe.lora is None:
-        return w
-    return 2 if recipe.quantization is not None else 4
-
-
-def _mixed(recipe: Recipe, device: str) -> str:
-    """The run's mixed precision: GPUs are taken to compute bfloat16 (Ampere and later); a CPU is asked."""
-    from grpo_cli.recipe.precision import cpu_computes_bf16, mixed_precision
-
-    return mixed_precision(recipe, native_bf16=device != "cpu" or cpu_computes_bf16())
-
-
-def _static_terms(recipe: Recipe, arch: Architecture, device: str, w: int) -> list[Term]:
-    """What lives for the whole run: weights, adapters, reference model, optimizer states."""
-    P, h, V = arch.params, arch.hidden_size, arch.vocab_size
-    terms: list[Term] = []
-    q = recipe.quantization
-    if q is not None and q.bits == 4:
-        per = NF4_BYTES[q.double_quant]
-        weights = arch.linear_params * per + (P - arch.linear_params) * w
-        formula = f"Linear {arch.linear_params / 1e6:.0f}M x {per:.3f} B (NF4 + scales) + other {(P - arch.linear_params) / 1e6:.0f}M x {w} B"
-    elif q is not None:
-        weights = arch.linear_params * INT8_BYTES + (P - arch.linear_params) * w
-        formula = f"Linear {arch.linear_params / 1e6:.0f}M x 1 B (int8) + other x {w} B"
-    elif recipe.lora is not None and w == 4 and _mixed(recipe, device) != "no" \
-            and recipe.distributed.strategy not in ("zero3", "fsdp"):
-        # Frozen Linear weights are cast once to the autocast dtype (grpo_cli/train/frozen_weights.py).
-        weights = arch.linear_params * 2 + (P - arch.linear_params) * w
-        formula = f"frozen Linear {arch.linear_params / 1e6:.0f}M x 2 B (cast once for autocast) + other x {w} B"
-    else:
-        weights = P * w
-        formula = f"P {P / 1e6:.1f}M x {w} B ({recipe.model.dtype})"
-    terms.append(Term("weights", weights, "static", formula))
-
-    trainable, param_bytes = _trainable_params(recipe, arch), _param_bytes(recipe, w)
-    if recipe.lora is not None:
-        terms.append(Term("lora adapters", trainable * param_bytes, "static",
-                          f"r x (in + out) per adapted Linear = {trainable / 1e6:.2f}M x {param_bytes} B"))
-
-    reference = P * w if (recipe.grpo.beta > 0 and recipe.lora is None) else 0.0
-    terms.append(Term("reference model", reference, "static",
-                      "beta > 0, full fine-tuning: a second copy P x w" if reference else
-                      "none (beta = 0, or PEFT: the base with adapters disabled)"))
-
-    optim = recipe.training.optim
-    embedding_fp32 = 0
-    if optim in ("adamw_8bit", "adamw_bnb_8bit", "paged_adamw_8bit"):
-        per_param = ADAM8_BYTES
-        note = f"two 8-bit states + block absmax = {ADAM8_BYTES:.3f} B/param"
-        if recipe.lora is None:
-            # transformers' Trainer registers nn.Embedding weights for 32-bit states (trainer.py, create_optimizer).
-            embedding_fp32 = V * h
-            note += f"; the input embedding ({embedding_fp32 / 1e6:.1f}M) keeps float32 states (8 B/param)"
-    elif optim == "paged_adamw_32bit":
-        per_param, note = 8.0, "two float32 states = 8 B/param"
-    elif optim == "sgd":
-        per_param, note = 0.0, "no state"
-    elif optim == "adafactor":
-        per_param, note = 0.1, "factored second moment (rows + columns): ~0.1 B/param"
-    else:
-        per_param, note = 2.0 * param_bytes, f"exp_avg + exp_avg_sq in the parameter dtype = 2 x {param_bytes} B/param"
-    if optim.startswith("paged") and device == "cuda":
-        note += "; paged: CUDA unified memory, outside torch's allocator (not in max_memory_allocated)"
-    states = (trainable - embedding_fp32) * per_param + embedding_fp32 * 8
-    deepspeed = recipe.num_processes > 1 and recipe.distributed.zero_stage is not None
-    if deepspeed and param_bytes < 4 and optim not in ("sgd", "adafactor"):
-        # DeepSpeed's mixed-precision optimizer steps on a float32 master copy, so its states are float32
-        # too: 4 + 8 = 12 B/param for AdamW (the ZeRO paper's K = 12, Rajbhandari et al. 2020, section 3.1).
-        states_per_param = 8.0 if per_param == 2.0 * param_bytes else per_param  # AdamW's pair becomes float32
-        per_param = 4.0 + states_per_param
-        states = trainable * per_param
-        note = f"float32 master + states under DeepSpeed = {per_param:g} B/param"
-    terms.append(Term("optimizer states", states, "static", f"P_t {trainable / 1e6:.2f}M x {note}"))
-
-    return terms
 
 
 def _generation_terms(recipe: Recipe, arch: Architecture, device: str, w: int) -> list[Term]:
@@ -246,7 +153,7 @@ def _training_terms(recipe: Recipe, arch: Architecture, device: str, w: int) -> 
     h, f, L, V = arch.hidden_size, arch.intermediate_size, arch.num_layers, arch.vocab_size
     B = recipe.training.per_device_train_batch_size
     S = (recipe.data.max_prompt_length or 256) + recipe.grpo.max_completion_length
-    trainable, param_bytes = _trainable_params(recipe, arch), _param_bytes(recipe, w)
+    trainable, param_bytes = trainable_params(recipe, arch), bytes_per_trainable(recipe, w)
     terms: list[Term] = []
     T = B * S
     lora = recipe.lora
@@ -258,7 +165,7 @@ def _training_terms(recipe: Recipe, arch: Architecture, device: str, w: int) -> 
         # hooks on a PEFT Linear: 2.0 B per input element under bf16 autocast, 4.0 without).
         inputs = sum(i for n, i, _ in arch.linear_shapes() if lora.target_modules == ["all-linear"] or n in lora.target_modules)
         copies = (1 if param_bytes != w else 0) + (1 if lora.dropout > 0 else 0)
-        per_token_layer += copies * inputs * (2 if _mixed(recipe, device) != "no" else param_bytes)
+        per_token_layer += copies * inputs * (2 if mixed_precision_on(recipe, device) != "no" else param_bytes)
     if recipe.model.gradient_checkpointing:
         activations = T * L * h * w
         act_formula = f"T {T} tokens x L {L} x h {h} x {w} B layer-input checkpoints"
@@ -270,7 +177,7 @@ def _training_terms(recipe: Recipe, arch: Architecture, device: str, w: int) -> 
         activations = T * L * per_token_layer
         act_formula = f"T {T} tokens x L {L} x {per_token_layer / 1e3:.1f} KB/token (no checkpointing)"
     terms.append(Term("activations", activations, "training", act_formula))
-    mixed = _mixed(recipe, device)
+    mixed = mixed_precision_on(recipe, device)
     if lora is None and w == 4 and mixed != "no":
         # Autocast caches its low-precision copy of each trainable float32 weight for the forward, and autograd
         # keeps it for the backward (torch autocast's weight cache): 2 B/param until the backward ends.
