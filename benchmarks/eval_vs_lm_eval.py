@@ -61,7 +61,7 @@ def main() -> None:
 
     from grpo_cli.eval.problems import Problem, fewshot_pool, lm_eval_prompts
     from grpo_cli.models import resolve_model_path
-    from grpo_cli.recipe.schema import EvalSection
+    from grpo_cli.recipe.eval_section import EvalSection
 
     model_dir = resolve_model_path(SMOLLM2)  # the plain bf16 directory both tools load
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}

@@ -26,7 +26,8 @@ from grpo_cli.eval.stats import paired_difference
 from grpo_cli.tools.loop import tool_summary
 from grpo_cli.eval.store import PredictionStore
 from grpo_cli.eval.targets import Target
-from grpo_cli.recipe.schema import EvalSection, Recipe
+from grpo_cli.recipe.eval_section import EvalSection
+from grpo_cli.recipe.schema import Recipe
 from grpo_cli.runs.layout import COMPARISON_FILE, SUMMARY_FILE
 
 LM_EVAL_STOPS = ["Question:", "</s>", "<|im_end|>"]  # gsm8k.yaml `until`; the tokenizer's EOS is added

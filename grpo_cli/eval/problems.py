@@ -10,7 +10,8 @@ from typing import Any
 
 from grpo_cli.data import build_prompt, load_rows, render_prompt
 from grpo_cli.errors import UserError
-from grpo_cli.recipe.schema import EvalSection, Recipe
+from grpo_cli.recipe.eval_section import EvalSection
+from grpo_cli.recipe.schema import Recipe
 from grpo_cli.recipe.sources import GENERATED
 from rewards.answers import gsm8k_gold, to_number
 

@@ -8,7 +8,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from grpo_cli.errors import UserError
-from grpo_cli.recipe.schema import EvalSection, Recipe
+from grpo_cli.recipe.eval_section import EvalSection
+from grpo_cli.recipe.schema import Recipe
 from grpo_cli.runs.layout import EVAL_DIR, FINAL_DIR, is_checkpoint
 
 

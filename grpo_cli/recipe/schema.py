@@ -12,6 +12,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BeforeValidator, Field, PrivateAttr, field_validator
 
+from grpo_cli.recipe.eval_section import EvalSection
+from grpo_cli.recipe.machine import ArchitectureSection, DistributedSection, HardwareSection
 from grpo_cli.recipe.section import Section
 from grpo_cli.recipe.user_code import EnvironmentSpec, RewardSpec, ToolSpec
 
@@ -32,20 +34,6 @@ DEFAULT_SYSTEM_PROMPT = "Respond in the following format:\n<reasoning>\n...\n</r
 def generation_batch(per_device_batch: int, processes: int, steps_per_generation: int) -> int:
     """TRL's generation batch in completions (per-device batch x processes x steps_per_generation): whole groups."""
     return per_device_batch * processes * steps_per_generation
-
-
-class ArchitectureSection(Section):
-    """The model's shape, for `grpo plan` when it cannot be read from a config.json or the built-in table."""
-
-    hidden_size: int = Field(ge=1)
-    num_layers: int = Field(ge=1)
-    num_heads: int = Field(ge=1)
-    num_kv_heads: int = Field(ge=1)
-    head_dim: int = Field(ge=1)
-    intermediate_size: int = Field(ge=1)
-    vocab_size: int = Field(ge=1)
-    tie_word_embeddings: bool = False
-    qkv_bias: bool = False
 
 
 class ModelSection(Section):
@@ -162,54 +150,6 @@ class TrainingSection(Section):
     save_total_limit: int | None = Field(2, ge=1)
     report_to: Names = Field(default_factory=lambda: ["none"], description="none, tensorboard, wandb, ...")
     log_completions: int = Field(4, ge=0, description="Sample completions saved per logging step.")
-
-
-class EvalSection(Section):
-    """`grpo eval`: GSM8K accuracy of the recipe's model (base) or of a finished run."""
-
-    source: str = Field("openai/gsm8k", description="Hub dataset, a local GSM8K-format .jsonl file, or `generated`.")
-    config: str | None = "main"
-    split: str = "test"
-    limit: int | None = Field(None, ge=1, description="Evaluate the first N problems (the same N for every model).")
-    batch_size: int = Field(16, ge=1)
-    max_new_tokens: int | None = Field(None, ge=1, description="Generation budget; default 512 for `chat`, 256 "
-                                       "(lm-eval's max_gen_toks) for `lm-eval`.")
-    protocol: Literal["chat", "lm-eval"] = Field(
-        "chat",
-        description="chat: zero-shot with the chat template and the training system prompt; "
-        "lm-eval: lm-evaluation-harness `gsm8k` (5-shot plain text, strict-match and flexible-extract).",
-    )
-    num_fewshot: int = Field(5, ge=0, description="Few-shot examples for the lm-eval protocol (lm-eval: 5).")
-    fewshot_source: str | None = Field(
-        None, description="Where lm-eval's few-shot examples come from; default: the same dataset's train split "
-        "(for a local test.jsonl, the train.jsonl beside it)."
-    )
-    fewshot_seed: int = Field(1234, description="lm-eval's default fewshot_random_seed.")
-
-
-class HardwareSection(Section):
-    gpu: str | None = Field(None, description="GPU name for `grpo plan` (e.g. A100-80GB, RTX 4090).")
-    gpu_memory_gb: float | None = Field(None, gt=0.0, description="Memory per GPU, when the name is not enough.")
-
-
-class DistributedSection(Section):
-    """Several processes (GPUs, or CPU ranks over gloo) through `accelerate launch`; the recipe stays the same."""
-
-    num_processes: int = Field(1, ge=1, description="Processes in total (all machines), usually one per GPU.")
-    strategy: Literal["ddp", "fsdp", "zero2", "zero3"] = Field(
-        "ddp", description="ddp: full copy per GPU; zero2: shard optimizer states and gradients; "
-        "zero3 / fsdp: shard the weights too.",
-    )
-    accelerate_config: str | None = Field(None, description="Your own accelerate config file (replaces strategy).")
-    num_machines: int = Field(1, ge=1)
-    machine_rank: int = Field(0, ge=0)
-    main_process_ip: str | None = None
-    main_process_port: int | None = Field(None, ge=1, le=65535)
-
-    @property
-    def zero_stage(self) -> int | None:
-        """DeepSpeed ZeRO stage of the strategy (2 or 3), None for DDP and FSDP."""
-        return {"zero2": 2, "zero3": 3}.get(self.strategy)
 
 
 class Recipe(Section):

@@ -12,9 +12,9 @@ from pydantic import BaseModel, ValidationError
 
 from grpo_cli.errors import Problem, UserError
 from grpo_cli.recipe.checks import path_problems, reward_problems, trl_problems
+from grpo_cli.recipe.cross_field import cross_field_problems
 from grpo_cli.recipe.tool_checks import tool_problems
-from grpo_cli.recipe.precision import BY_WEIGHTS
-from grpo_cli.recipe.schema import Recipe, generation_batch
+from grpo_cli.recipe.schema import Recipe
 from grpo_cli.recipe.yaml_source import (
     COMMAND_LINE, KeyPath, apply_options, apply_overrides, format_path, line_of, read_yaml,
 )
@@ -143,112 +143,3 @@ def _unwrap(annotation: Any) -> Any:
         if isinstance(inner, type) and issubclass(inner, BaseModel):
             return inner
     return annotation
-
-
-# ---------------------------------------------------------------- cross-field rules
-
-
-def cross_field_problems(recipe: Recipe) -> list[tuple[KeyPath, str]]:
-    """Rules that involve several fields, checked before any model is touched, each with its fix."""
-    out: list[tuple[KeyPath, str]] = []
-    grpo, training = recipe.grpo, recipe.training
-
-    if recipe.quantization is not None and recipe.lora is None:
-        out.append(
-            (
-                ("quantization",),
-                "a quantized base cannot be trained directly; add a `lora:` section (e.g. lora.r=16) "
-                "to train LoRA adapters on it (QLoRA), or remove `quantization`",
-            )
-        )
-    mixed, weights = recipe.model.mixed_precision, recipe.model.dtype
-    if (mixed, weights) in (("fp16", "bfloat16"), ("bf16", "float16")):
-        fix = BY_WEIGHTS[weights]
-        out.append((("model", "mixed_precision"),
-                    f"{mixed} autocast does not match {weights} weights; use model.mixed_precision={fix} (or auto)"))
-    if grpo.epsilon_high is not None and grpo.epsilon_high < grpo.epsilon:
-        out.append(
-            (("grpo", "epsilon_high"), f"must be >= grpo.epsilon ({grpo.epsilon}); e.g. grpo.epsilon_high={max(0.28, grpo.epsilon)}")
-        )
-    if recipe.grpo.importance_sampling_level == "token" and grpo.loss_type == "luspo":
-        out.append((("grpo", "importance_sampling_level"), "luspo is a sequence-level loss; set it to `sequence` or remove it"))
-    if training.warmup_steps and training.warmup_ratio:
-        out.append((("training", "warmup_steps"), "set warmup_steps or warmup_ratio, not both"))
-    if recipe.trl.get("generation_batch_size") and recipe.trl.get("steps_per_generation"):
-        out.append((("trl", "generation_batch_size"), "set generation_batch_size or steps_per_generation, not both"))
-    out += _batch_problems(recipe)
-    out += _distributed_problems(recipe)
-    out += _tool_use_problems(recipe)
-    return out
-
-
-def _tool_use_problems(recipe: Recipe) -> list[tuple[KeyPath, str]]:
-    """Tools live in chat messages: a plain-text prompt or lm-eval's few-shot text has nowhere to put a call."""
-    if not recipe.tools and recipe.environment is None:
-        return []
-    out: list[tuple[KeyPath, str]] = []
-    if not recipe.data.chat:
-        out.append((("data", "chat"), "tools need chat messages (the chat template renders them); set data.chat: true"))
-    if recipe.eval.protocol == "lm-eval":
-        out.append((("eval", "protocol"), "lm-eval's protocol is few-shot plain text with no tools; use "
-                                          "eval.protocol: chat with tools"))
-    return out
-
-
-def _distributed_problems(recipe: Recipe) -> list[tuple[KeyPath, str]]:
-    d = recipe.distributed
-    out: list[tuple[KeyPath, str]] = []
-    if d.num_processes % d.num_machines:
-        out.append((("distributed", "num_processes"), f"is the total over all machines, so a multiple of "
-                    f"distributed.num_machines ({d.num_machines}); e.g. {d.num_machines * max(1, d.num_processes // d.num_machines)}"))
-    if d.machine_rank >= d.num_machines:
-        out.append((("distributed", "machine_rank"), f"must be below distributed.num_machines ({d.num_machines})"))
-    if d.num_machines > 1 and not d.main_process_ip and not d.accelerate_config:
-        out.append((("distributed", "main_process_ip"), "several machines need the address of machine 0"))
-    if recipe.grpo.zero_variance_groups == "resample" and d.num_processes > 1:
-        out.append((("grpo", "zero_variance_groups"), "resample draws extra prompts in one process; with several "
-                    "processes use grpo.zero_variance_groups=skip"))
-    if d.zero_stage is not None and recipe.quantization is not None:
-        out.append((("distributed", "strategy"), "DeepSpeed ZeRO does not shard bitsandbytes-quantized weights; "
-                    "use distributed.strategy=ddp for QLoRA, or drop `quantization`"))
-    return out
-
-
-def _batch_problems(recipe: Recipe) -> list[tuple[KeyPath, str]]:
-    g = recipe.grpo.num_generations
-    b = recipe.training.per_device_train_batch_size
-    n = recipe.num_processes
-    s = recipe.steps_per_generation
-    total = recipe.generation_batch_size
-    if recipe.trl.get("generation_batch_size"):
-        out = []
-        if total % (b * n):
-            out.append((("trl", "generation_batch_size"), f"must be a multiple of per-device batch x processes ({b * n})"))
-        if total % g:
-            out.append((("trl", "generation_batch_size"), f"must be divisible by grpo.num_generations ({g})"))
-        return out
-    if total % g == 0:
-        return []
-    fixes = [f"training.per_device_train_batch_size={v}"
-             for v in _nearest(b, lambda v: generation_batch(v, n, s) % g == 0)]
-    fixes += [f"training.gradient_accumulation_steps={v}"
-              for v in _nearest(s, lambda v: generation_batch(b, n, v) % g == 0)][:1]
-    fixes += [f"grpo.num_generations={v}" for v in _nearest(g, lambda v: v >= 2 and total % v == 0)][:1]
-    if n > 1:
-        fixes += [f"distributed.num_processes={v}" for v in _nearest(n, lambda v: generation_batch(b, v, s) % g == 0)][:1]
-    return [
-        (
-            ("training", "per_device_train_batch_size"),
-            f"the generation batch (per_device_train_batch_size {b} x {n} process(es) x steps_per_generation {s} "
-            f"= {total} completions) must be divisible by grpo.num_generations ({g}) so every prompt's group is "
-            f"whole; nearest fixes: {', '.join(fixes)}",
-        )
-    ]
-
-
-def _nearest(value: int, ok, limit: int = 4096) -> list[int]:
-    """Valid values closest to `value` (the lower one first on a tie, at most one on each side)."""
-    below = next((v for v in range(value - 1, 0, -1) if ok(v)), None)
-    above = next((v for v in range(value + 1, value + limit) if ok(v)), None)
-    found = [v for v in (below, above) if v is not None]
-    return sorted(found, key=lambda v: abs(v - value))
