@@ -143,7 +143,7 @@ def test_plan_reads_the_architecture_from_a_gguf_header(tmp_path, monkeypatch):
     assert (arch.num_layers, arch.hidden_size, arch.num_heads, arch.num_kv_heads, arch.head_dim) == (3, 64, 4, 2, 16)
     assert (arch.intermediate_size, arch.vocab_size, arch.tie_word_embeddings, arch.qkv_bias) == (160, 100, True, True)
     # Not converted yet: the plan gives the one-time conversion's peak (runtime + 4 B per element), then no more.
-    from grpo_cli.models import converted_dir
+    from grpo_cli.gguf import converted_dir
 
     monkeypatch.setenv("GRPO_CACHE", str(tmp_path / "cache"))
     first = runner.invoke(app, ["plan", str(recipe), "--device", "cpu", "--ram", "0.3GB"])

@@ -105,7 +105,7 @@ def print_plan(console: Console, plan: Plan, suggestions, gpu_label: str | None,
 def first_load_peak(plan: Plan) -> float | None:
     """A model given as a .gguf file not converted yet: the peak RSS of its one-time conversion; else None."""
     from grpo_cli.errors import UserError
-    from grpo_cli.models import converted_dir
+    from grpo_cli.gguf import converted_dir
     from grpo_cli.plan.gguf_header import GGUFError, conversion_peak_bytes
     from grpo_cli.recipe.sources import model_location
 
