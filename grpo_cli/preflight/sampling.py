@@ -1,4 +1,5 @@
-"""Reward statistics before training: sample groups from the model as it starts and score them with the recipe's rewards.
+"""Reward statistics before training: sample groups from the model as it starts and score them with the recipe's
+rewards.
 
 GRPO learns only from groups whose rewards differ: a group where every completion scored the same has zero advantage
 (TRL's `frac_reward_zero_std`). This measures that share, each reward's spread and failures, and truncation, on a
@@ -12,6 +13,7 @@ import statistics
 import time
 from dataclasses import dataclass, field
 
+from grpo_cli.preflight.sampler import sample_batch, tool_loop, tools_for_lengths
 from grpo_cli.recipe.schema import Recipe
 from grpo_cli.tools.loop import tool_summary
 from grpo_cli.train.zero_variance import ZERO_STD_TOLERANCE  # the one training skips by
@@ -90,7 +92,7 @@ def sample_groups(recipe: Recipe, prompt_count: int, show=lambda text, new_phase
     from rewards import resolve_rewards
 
     tokenizer = models.load_tokenizer(recipe)
-    prepared = data.prepare(recipe.data, tokenizer, seed=recipe.training.seed, tools=_tools_for_lengths(recipe))
+    prepared = data.prepare(recipe.data, tokenizer, seed=recipe.training.seed, tools=tools_for_lengths(recipe))
     prepared.check_enough(recipe)
     rows = prepared.dataset.shuffle(seed=recipe.training.seed).select(range(min(prompt_count, len(prepared.dataset))))
     model = models.load_model(recipe).eval()
@@ -105,15 +107,8 @@ def sample_groups(recipe: Recipe, prompt_count: int, show=lambda text, new_phase
                   top_k=recipe.grpo.top_k, max_new_tokens=budget, num_return_sequences=g,
                   pad_token_id=tokenizer.pad_token_id)
     torch.manual_seed(recipe.training.seed)
-    loop, tool_records = _tool_loop(recipe, model, tokenizer, sample), []
-
-    all_values: list[list[float | None]] = [[] for _ in funcs]
-    all_errors: list[str | None] = [None for _ in funcs]
-    totals: list[float] = []
-    lengths: list[int] = []
-    truncated = 0
-    batch_shares: list[float] = []
-    seconds = 0.0
+    loop = tool_loop(recipe, model, tokenizer, sample)
+    tally = _Tally(funcs, recipe.rewards, tokenizer.eos_token_id, budget, per_training_batch * g)
     columns_all = {k: rows[k] for k in rows.column_names if k != "prompt"}
     batches = -(-len(rows) // per_batch)
     for start in range(0, len(rows), per_batch):
@@ -121,118 +116,62 @@ def sample_groups(recipe: Recipe, prompt_count: int, show=lambda text, new_phase
         show(f"sampling for the learning signal: batch {start // per_batch + 1}/{batches} "
              f"({len(prompts)} prompts x {g} completions, up to {budget} tokens)", new_phase=True)
         started = time.perf_counter()
-        ids, completions, figures = _sample_batch(loop, model, tokenizer, prompts, columns_all, start, g, sample)
-        seconds += time.perf_counter() - started
-        tool_records += figures
-        batch_lengths = [len(seq) for seq in ids]
-        lengths += batch_lengths
-        truncated += sum(not seq or seq[-1] != tokenizer.eos_token_id for seq in ids)  # cut at the budget
-        for chunk in range(0, len(batch_lengths), per_training_batch * g):  # training's batches within this one
-            batch_shares.append(max(batch_lengths[chunk:chunk + per_training_batch * g]) / budget)
-        repeated_prompts = [p for p in prompts for _ in range(g)]
+        ids, completions, figures = sample_batch(loop, model, tokenizer, prompts, columns_all, start, g, sample)
+        tally.seconds += time.perf_counter() - started
         columns = {k: [v for v in col[start:start + per_batch] for _ in range(g)] for k, col in columns_all.items()}
-        values, errors = score(funcs, repeated_prompts, completions, ids, columns)
+        tally.add(ids, completions, figures, [p for p in prompts for _ in range(g)], columns)
+    return tally.summary(g, len(prepared.dataset))
+
+
+class _Tally:
+    """What the sampled batches add up to: each reward's values and first error, each completion's weighted total,
+    lengths, truncation, and time spent generating."""
+
+    def __init__(self, funcs: list, specs: list, eos_id: int, budget: int, training_batch: int):
+        self.funcs, self.specs, self.eos_id, self.budget, self.training_batch = funcs, specs, eos_id, budget, training_batch
+        self.values: list[list[float | None]] = [[] for _ in funcs]
+        self.errors: list[str | None] = [None for _ in funcs]
+        self.totals: list[float] = []
+        self.lengths: list[int] = []
+        self.truncated = 0
+        self.batch_shares: list[float] = []
+        self.seconds = 0.0
+        self.tool_records: list[dict] = []
+
+    def add(self, ids: list, completions: list, figures: list, prompts: list, columns: dict) -> None:
+        """One sampled batch: `ids` and `completions` per completion, `prompts` and `columns` repeated to match."""
+        self.tool_records += figures
+        batch_lengths = [len(seq) for seq in ids]
+        self.lengths += batch_lengths
+        self.truncated += sum(not seq or seq[-1] != self.eos_id for seq in ids)  # cut at the budget
+        for chunk in range(0, len(batch_lengths), self.training_batch):  # training's batches within this one
+            self.batch_shares.append(max(batch_lengths[chunk:chunk + self.training_batch]) / self.budget)
+        values, errors = score(self.funcs, prompts, completions, ids, columns)
         for i, (v, e) in enumerate(zip(values, errors)):
-            all_values[i] += v
-            all_errors[i] = all_errors[i] or e
+            self.values[i] += v
+            self.errors[i] = self.errors[i] or e
         for j in range(len(ids)):
-            totals.append(sum(spec.weight * values[i][j] for i, spec in enumerate(recipe.rewards)
-                              if values[i][j] is not None))
+            self.totals.append(sum(spec.weight * values[i][j] for i, spec in enumerate(self.specs)
+                                   if values[i][j] is not None))
 
-    groups = [totals[i:i + g] for i in range(0, len(totals), g)]
-    flat = sum(_std(group) <= ZERO_STD_TOLERANCE for group in groups)
-    stats = []
-    for spec, values, error in zip(recipe.rewards, all_values, all_errors):
-        ok = [v for v in values if v is not None]
-        stats.append(RewardStats(
-            spec.name, spec.weight, statistics.fmean(ok) if ok else None, _std(ok) if ok else None,
-            min(ok) if ok else None, max(ok) if ok else None, len(values) - len(ok), error))
-    return SampledGroups(
-        prompts=len(groups), completions=len(totals), zero_variance_share=flat / max(1, len(groups)),
-        truncated_share=truncated / max(1, len(lengths)), mean_completion_tokens=statistics.fmean(lengths) if lengths else 0.0,
-        batch_length_share=statistics.fmean(batch_shares) if batch_shares else 1.0,
-        tokens_per_second=sum(lengths) / seconds if seconds else 0.0, rewards=stats, dataset_rows=len(prepared.dataset),
-        tools=tool_summary(tool_records),
-    )
-
-
-def _sample_batch(loop, model, tokenizer, prompts: list, columns: dict, start: int, g: int, sample: dict):
-    """`g` sampled completions of each prompt: their token ids, the completions as rewards receive them, and (with
-    tools, through the tool loop) each one's tool figures."""
-    import torch
-
-    from grpo_cli import data
-
-    if loop is not None:
-        examples = [{"index": k, **{c: v[start + k // g] for c, v in columns.items()}, "prompt": prompts[k // g]}
-                    for k in range(len(prompts) * g)]
-        results = sorted((r for chunk in loop.run(examples, len(examples)) for r in chunk), key=lambda r: r.index)
-        return [r.completion_ids for r in results], [r.messages for r in results], \
-            [{"tools": r.extra["tools"]} for r in results]
-    texts = [data.render_prompt(tokenizer, p) for p in prompts]
-    inputs = tokenizer(texts, return_tensors="pt", padding=True, add_special_tokens=False).to(model.device)
-    with torch.no_grad():
-        out = model.generate(**inputs, **sample)
-    ids = [_until_eos(seq, tokenizer) for seq in out[:, inputs["input_ids"].shape[1]:].tolist()]
-    decoded = tokenizer.batch_decode(ids, skip_special_tokens=True)
-    chat = isinstance(prompts[0], list)
-    return ids, [[{"role": "assistant", "content": t}] for t in decoded] if chat else decoded, []
-
-
-def _tools_for_lengths(recipe: Recipe) -> list | None:
-    """The tools the template renders into every prompt, so prompt lengths are measured as training measures them."""
-    from grpo_cli.tools.registry import guarded_tools
-
-    return guarded_tools(recipe.tools) if recipe.tools else None
-
-
-def _tool_loop(recipe: Recipe, model, tokenizer, sample: dict):
-    """With tools: training's tool loop on a sampler with the recipe's settings (None without tools)."""
-    if not recipe.tools and recipe.environment is None:
-        return None
-    from grpo_cli.tools.loop import ToolLoop
-    from grpo_cli.tools.registry import guarded_environment, guarded_tools
-    from grpo_cli.tools.template import check_tool_template
-
-    check_tool_template(tokenizer, recipe.model.name)
-    environment = guarded_environment(recipe.environment) if recipe.environment is not None else None
-    settings = {k: v for k, v in sample.items() if k not in ("max_new_tokens", "num_return_sequences")}
-    return ToolLoop(Sampler(model, tokenizer, settings), tokenizer, guarded_tools(recipe.tools), environment,
-                    recipe.grpo.max_completion_length, recipe.grpo.max_tool_calling_iterations)
-
-
-class Sampler:
-    """The tool loop's engine for preflight: sampled (not greedy) continuations of token-id contexts, one per row."""
-
-    def __init__(self, model, tokenizer, settings: dict):
-        self.model, self.tokenizer, self.settings = model, tokenizer, settings
-
-    def generate(self, contexts: list[list[int]], batch_size: int, budgets: list[int]):
-        import torch
-
-        from grpo_cli.eval.generation import Generated
-
-        eos, pad = self.tokenizer.eos_token_id, self.tokenizer.pad_token_id
-        for start in range(0, len(contexts), batch_size):
-            rows = contexts[start:start + batch_size]
-            width = max(len(r) for r in rows)
-            ids = torch.tensor([[pad] * (width - len(r)) + r for r in rows], device=self.model.device)
-            mask = torch.tensor([[0] * (width - len(r)) + [1] * len(r) for r in rows], device=self.model.device)
-            with torch.no_grad():
-                out = self.model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=max(budgets[start:start + len(rows)]),
-                                          **self.settings)
-            items = []
-            for k, seq in enumerate(out[:, width:].tolist()):
-                seq = _until_eos(seq, self.tokenizer)[: budgets[start + k]]
-                stopped = bool(seq) and seq[-1] == eos
-                items.append(Generated(start + k, "", len(seq), seq[:-1] if stopped else seq, stopped))
-            yield items
-
-
-def _until_eos(seq: list[int], tokenizer) -> list[int]:
-    """The completion's tokens up to and including its end-of-sequence token (padding after it dropped)."""
-    eos = tokenizer.eos_token_id
-    return seq[: seq.index(eos) + 1] if eos in seq else seq
+    def summary(self, g: int, dataset_rows: int) -> SampledGroups:
+        groups = [self.totals[i:i + g] for i in range(0, len(self.totals), g)]
+        flat = sum(_std(group) <= ZERO_STD_TOLERANCE for group in groups)
+        stats = []
+        for spec, values, error in zip(self.specs, self.values, self.errors):
+            ok = [v for v in values if v is not None]
+            stats.append(RewardStats(
+                spec.name, spec.weight, statistics.fmean(ok) if ok else None, _std(ok) if ok else None,
+                min(ok) if ok else None, max(ok) if ok else None, len(values) - len(ok), error))
+        lengths = self.lengths
+        return SampledGroups(
+            prompts=len(groups), completions=len(self.totals), zero_variance_share=flat / max(1, len(groups)),
+            truncated_share=self.truncated / max(1, len(lengths)),
+            mean_completion_tokens=statistics.fmean(lengths) if lengths else 0.0,
+            batch_length_share=statistics.fmean(self.batch_shares) if self.batch_shares else 1.0,
+            tokens_per_second=sum(lengths) / self.seconds if self.seconds else 0.0, rewards=stats,
+            dataset_rows=dataset_rows, tools=tool_summary(self.tool_records),
+        )
 
 
 def default_prompt_count(recipe: Recipe) -> int:
