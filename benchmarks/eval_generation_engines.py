@@ -53,7 +53,8 @@ def main() -> None:
             ours[item.index] = [t for t in item.text]
     ours_s = time.perf_counter() - started
     ours_tokens = sum(len(t) for t in ours.values())
-    print(f"hand-written continuous batching: {ours_tokens} tokens in {ours_s:.1f} s = {ours_tokens / ours_s:.1f} tokens/s",
+    print(f"hand-written continuous batching: {ours_tokens} tokens in {ours_s:.1f} s = "
+          f"{ours_tokens / ours_s:.1f} tokens/s",
           flush=True)
 
     config = GenerationConfig(max_new_tokens=args.max_new_tokens, do_sample=False, eos_token_id=tokenizer.eos_token_id,

@@ -89,7 +89,7 @@ def main() -> None:
         ours = {r["index"]: r for r in map(json.loads, (ours_out / "predictions.jsonl").read_text().splitlines())}
         summary = json.loads((ours_out / "summary.json").read_text())
 
-        rows = [json.loads(l) for l in (args.data / "test.jsonl").read_text().splitlines()[: args.limit]]
+        rows = [json.loads(line) for line in (args.data / "test.jsonl").read_text().splitlines()[: args.limit]]
         problems = [Problem(i, r["question"], r["answer"], "") for i, r in enumerate(rows)]
         our_prompts = lm_eval_prompts(problems, fewshot_pool(EvalSection(source=str(args.data / "test.jsonl"))), 5, 1234)
 
@@ -109,7 +109,8 @@ def main() -> None:
     print(f"wall time: lm-eval {lm_eval_s:.1f}s (HF backend, batch size 1)  grpo eval {ours_s:.1f}s "
           f"(batch {args.batch_size})  -> throughput ratio {lm_eval_s / ours_s:.2f}x")
     session = summary["session"]
-    print(f"grpo eval generation alone: {session['problems_per_s']:.3f} problems/s, {session['tokens_per_s']:.1f} tokens/s")
+    print(f"grpo eval generation alone: {session['problems_per_s']:.3f} problems/s, "
+          f"{session['tokens_per_s']:.1f} tokens/s")
     for i in range(n):
         if ours[i]["completion"] != theirs[i]["completion"]:
             print(f"  problem {i} differs:\n    lm-eval:   {theirs[i]['completion'][:160]!r}\n"

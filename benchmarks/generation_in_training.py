@@ -121,7 +121,8 @@ def main() -> None:
             with torch.no_grad():
                 tokens, seconds = timed(call)
             speeds[name].append(tokens / seconds)
-            print(f"round {round_ + 1} {name:26s} {tokens:6d} tokens in {seconds:6.1f} s = {tokens / seconds:6.1f} tokens/s",
+            print(f"round {round_ + 1} {name:26s} {tokens:6d} tokens in {seconds:6.1f} s = "
+                  f"{tokens / seconds:6.1f} tokens/s",
                   flush=True)
 
     print(f"\n{recipe.model.name}, batch {batch} ({groups} prompts x {recipe.grpo.num_generations}), budget "

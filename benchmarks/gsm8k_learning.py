@@ -86,7 +86,8 @@ def table(run_dir: Path, root: Path, base_dir: Path, budget: int) -> str:
     common = sorted(set(base) & set(trained))
     lines = [f"training: {steps} steps, mean reward first 20% of steps {first:.3f} -> last 20% {last:.3f}; "
              f"correctness {right_first:.3f} -> {right_last:.3f}", "",
-             "| model | problems | strict-match (95%) | flexible-extract (95%) | format rate | mean tokens | cut at budget |",
+             "| model | problems | strict-match (95%) | flexible-extract (95%) | format rate | mean tokens "
+             "| cut at budget |",
              "|---|---|---|---|---|---|---|",
              model_row("base", [base[i] for i in common], budget),
              model_row("trained", [trained[i] for i in common], budget), ""]

@@ -38,7 +38,8 @@ def main() -> None:
             wall = time.perf_counter() - started
             code = os.waitstatus_to_exitcode(status)
             message = stderr.strip().replace(str(path), name)
-            print(f"{name:<16} {len(content):>11,} {code:>4} {wall:>7.2f} {inner:>12.3f} {usage.ru_maxrss / 1024:>11.0f}  {message}")
+            print(f"{name:<16} {len(content):>11,} {code:>4} {wall:>7.2f} {inner:>12.3f} "
+                  f"{usage.ru_maxrss / 1024:>11.0f}  {message}")
 
 
 if __name__ == "__main__":

@@ -195,14 +195,15 @@ def main() -> None:
         if args.only and name not in args.only:
             continue
         done = subprocess.run([sys.executable, __file__, "--one", json.dumps([name, cfg])], capture_output=True, text=True)
-        lines = [l for l in done.stdout.splitlines() if l.startswith("RESULT ")]
+        lines = [line for line in done.stdout.splitlines() if line.startswith("RESULT ")]
         if not lines:
             print(f"{name}: FAILED\n{done.stderr[-3000:]}", file=sys.stderr)
             continue
         row = json.loads(lines[-1][len("RESULT "):])
         rows.append(row)
         print(f"{name:34s} predicted {row['predicted_gib']:7.3f} GiB  measured {row['measured_gib']:7.3f} GiB  "
-              f"error {row['error_pct']:+6.1f}%  (gen {row['predicted_generation_gib']:.3f}/{row['measured_generation_gib']:.3f}, "
+              f"error {row['error_pct']:+6.1f}%  "
+              f"(gen {row['predicted_generation_gib']:.3f}/{row['measured_generation_gib']:.3f}, "
               f"train {row['predicted_training_gib']:.3f}/{row['measured_training_gib']:.3f})", flush=True)
         with open(output.with_suffix(".jsonl"), "a") as fh:
             fh.write(json.dumps(row) + "\n")

@@ -18,9 +18,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from memory import ARCHS, CPU_MATRIX, TINY_MATRIX, recipe_dict
+# Imported after the path insert above: memory.py is a sibling script, not a package module.
+from memory import ARCHS, CPU_MATRIX, TINY_MATRIX, recipe_dict  # noqa: E402
 
-import grpo_cli.plan.memory as model
+import grpo_cli.plan.memory as model  # noqa: E402
 
 CPU_MEMORY_ROWS = ROOT / "benchmarks" / "cpu_memory.jsonl"
 
@@ -90,7 +91,8 @@ def rss_fit(rows) -> None:
 
     best = min((worst(r / 100, k / 100), r / 100, k / 100) for r in range(30, 121) for k in range(90, 151))
     print(f"peak RSS = {best[1]:.2f} GiB + {best[2]:.2f} x planned tensors: largest |error| {100 * best[0]:.1f}% "
-          f"(now {model.CPU_RUNTIME_GIB} + {model.CPU_RSS_PER_TENSOR_BYTE}: {100 * worst(model.CPU_RUNTIME_GIB, model.CPU_RSS_PER_TENSOR_BYTE):.1f}%)")
+          f"(now {model.CPU_RUNTIME_GIB} + {model.CPU_RSS_PER_TENSOR_BYTE}: "
+          f"{100 * worst(model.CPU_RUNTIME_GIB, model.CPU_RSS_PER_TENSOR_BYTE):.1f}%)")
     for c, tensors in planned.items():
         print(f"  {c:18s} planned tensors {tensors:5.2f}  measured RSS {rss[c]:5.2f}  "
               f"fit {best[1] + best[2] * tensors:5.2f} GiB")

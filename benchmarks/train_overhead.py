@@ -6,7 +6,8 @@ Completions are forced to full length (`min_new_tokens`) in both: sampling is ch
 agree for a few steps can later draw completions of different lengths, and step time follows length.
 
     python benchmarks/train_overhead.py [--steps 10] [--rounds 2]
-    python benchmarks/train_overhead.py --config qwen --model "$(bash benchmarks/models/qwen2.5_coder_0.5b.sh)" --steps 3 --rounds 1
+    python benchmarks/train_overhead.py --config qwen --model "$(bash benchmarks/models/qwen2.5_coder_0.5b.sh)" \
+        --steps 3 --rounds 1
 """
 
 from __future__ import annotations

@@ -106,7 +106,8 @@ def test_plan_imports_neither_torch_nor_training():
     """`grpo plan` runs before any weight exists: the whole command, not just its modules, stays torch-free."""
     code = ("import sys; from grpo_cli.cli import app; "
             f"app(['plan', {str(ROOT / 'recipes/llama3.1/8b_qlora.yaml')!r}, '--json'], standalone_mode=False); "
-            "print(sorted(m for m in sys.modules if m in ('torch', 'trl', 'transformers') or m.startswith('grpo_cli.train')))")
+            "print(sorted(m for m in sys.modules if m in ('torch', 'trl', 'transformers') "
+            "or m.startswith('grpo_cli.train')))")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
     *plan_output, imported = done.stdout.strip().splitlines()

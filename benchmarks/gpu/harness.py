@@ -207,7 +207,7 @@ class Harness:
         recipe = self.recipe_file(name, self.args.steps, **grpo)
         run_dir = self.work / f"run-{name}"
         return self.timed(name, ["-m", "grpo_cli", "train", str(recipe)],
-                          lambda: [json.loads(l) for l in (run_dir / "metrics.jsonl").read_text().splitlines()])
+                          lambda: [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()])
 
     def liger(self) -> dict:
         try:
@@ -246,7 +246,7 @@ class Harness:
         result: dict = {"train_exit": train.returncode}
         metrics_file = run_dir / "metrics.jsonl"
         if metrics_file.exists():
-            rows = [json.loads(l) for l in metrics_file.read_text().splitlines()]
+            rows = [json.loads(line) for line in metrics_file.read_text().splitlines()]
             losses = [r["loss"] for r in rows if "loss" in r]
             result.update(steps=len(losses), losses_finite=all(math.isfinite(x) for x in losses),
                           last_loss=losses[-1] if losses else None, last_step_time=rows[-1].get("step_time"))
@@ -275,8 +275,8 @@ def lora_b_nonzero(adapter_dir: Path) -> bool:
 def merge_calibration(device_csv: Path, target: Path) -> int:
     """Append a device run's calibration rows to the committed CSV (new columns are added, old rows keep blanks)."""
     lines = target.read_text().splitlines(keepends=True)
-    header = [l for l in lines if l.startswith("#")]
-    old = list(csv.DictReader(l for l in lines if not l.startswith("#")))
+    header = [line for line in lines if line.startswith("#")]
+    old = list(csv.DictReader(line for line in lines if not line.startswith("#")))
     new = list(csv.DictReader(device_csv.open()))
     fields = list(dict.fromkeys([*(old[0] if old else {}), *(new[0] if new else {})]))
     with target.open("w", newline="") as fh:

@@ -96,7 +96,7 @@ def preflight(
     hours: Annotated[float, typer.Option("--hours", min=0.01, help="Advise when the run would take longer.")] = 24.0,
     as_json: Annotated[bool, typer.Option("--json", help="Print the figures as JSON.")] = False,
 ) -> None:
-    """Measure, in about a minute on this machine, whether the recipe fits, how long it takes, and whether it can learn."""
+    """Measure, in about a minute on this machine, whether the recipe fits, how long it takes, and whether it can learn."""  # noqa: E501 (the help text, one line)
     from rich.console import Console
 
     from grpo_cli.preflight.run import run_preflight

@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import importlib.util
 from dataclasses import dataclass, field
-from typing import Iterator, Union
+from typing import Iterator
 
 # A prompt is text, or token ids (the tool loop continues a conversation from its exact tokens).
-Prompt = Union[str, list[int]]
+Prompt = str | list[int]
 
 
 @dataclass

@@ -19,7 +19,8 @@ def check_runtime(recipe: Recipe) -> None:
         raise UserError("liger-kernel is not installed: pip install 'grpo-cli[liger]'", path="grpo.use_liger_kernel")
     if recipe.grpo.use_vllm and (not cuda or importlib.util.find_spec("vllm") is None):
         raise UserError(
-            "vLLM generation needs a CUDA GPU and `pip install vllm`; set grpo.use_vllm=false to generate with transformers",
+            "vLLM generation needs a CUDA GPU and `pip install vllm`; "
+            "set grpo.use_vllm=false to generate with transformers",
             path="grpo.use_vllm",
         )
     if recipe.model.dtype == "bfloat16" and cuda and not torch.cuda.is_bf16_supported():
