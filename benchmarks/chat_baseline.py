@@ -36,8 +36,19 @@ def main() -> None:
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
     with tempfile.TemporaryDirectory() as tmp:
         output = args.keep or Path(tmp) / "chat"
-        command = [shutil.which("grpo") or "grpo", "eval", "--model", SMOLLM2, "--data", str(args.data),
-                   "--batch-size", str(args.batch_size), "--output", str(output), "--json"]
+        command = [
+            shutil.which("grpo") or "grpo",
+            "eval",
+            "--model",
+            SMOLLM2,
+            "--data",
+            str(args.data),
+            "--batch-size",
+            str(args.batch_size),
+            "--output",
+            str(output),
+            "--json",
+        ]
         if args.limit:
             command += ["--limit", str(args.limit)]
         print("$ grpo " + " ".join(command[1:]), flush=True)
@@ -49,15 +60,21 @@ def main() -> None:
         summary = json.loads((output / "summary.json").read_text())
 
     session = summary["session"]
-    print(f"model: SmolLM2-135M-Instruct, {summary['problems']} GSM8K test problems, chat protocol, "
-          f"batch {args.batch_size}")
+    print(
+        f"model: SmolLM2-135M-Instruct, {summary['problems']} GSM8K test problems, chat protocol, "
+        f"batch {args.batch_size}"
+    )
     for name, result in summary["filters"].items():
         low, high = result["ci95"]
-        print(f"{name:17s} {result['correct']}/{summary['problems']} = {100 * result['accuracy']:.2f}%  "
-              f"(Wilson 95% {100 * low:.2f}-{100 * high:.2f}%)")
+        print(
+            f"{name:17s} {result['correct']}/{summary['problems']} = {100 * result['accuracy']:.2f}%  "
+            f"(Wilson 95% {100 * low:.2f}-{100 * high:.2f}%)"
+        )
     print(f"format rate {100 * summary['format_rate']:.1f}%   mean completion {summary['mean_new_tokens']:.1f} tokens")
-    print(f"wall time {wall:.0f} s for the whole command ({wall / 60:.1f} min); generation {session['wall_s']:.0f} s, "
-          f"{session['problems_per_s']:.3f} problems/s, {session['tokens_per_s']:.1f} tokens/s")
+    print(
+        f"wall time {wall:.0f} s for the whole command ({wall / 60:.1f} min); generation {session['wall_s']:.0f} s, "
+        f"{session['problems_per_s']:.3f} problems/s, {session['tokens_per_s']:.1f} tokens/s"
+    )
 
 
 if __name__ == "__main__":

@@ -71,9 +71,11 @@ def main() -> None:
         passes = 3 if row.get("checkpointing") else 2
         train_rate = 2 * passes * params * batch * (prompt + budget) / train_s / 1e9
         gen_limit, train_limit = limits[(model, min((8, 16, 32), key=lambda r: abs(r - batch)))], limits[(model, 2048)]
-        print(f"  {row['config']:18s} generation {batch * budget / gen_s:6.1f} tokens/s = {gen_rate:5.1f} GFLOP/s "
-              f"({gen_rate / gen_limit:4.0%} of {gen_limit:.0f}); training {train_rate:5.1f} GFLOP/s "
-              f"({train_rate / train_limit:4.0%} of {train_limit:.0f})")
+        print(
+            f"  {row['config']:18s} generation {batch * budget / gen_s:6.1f} tokens/s = {gen_rate:5.1f} GFLOP/s "
+            f"({gen_rate / gen_limit:4.0%} of {gen_limit:.0f}); training {train_rate:5.1f} GFLOP/s "
+            f"({train_rate / train_limit:4.0%} of {train_limit:.0f})"
+        )
 
 
 if __name__ == "__main__":

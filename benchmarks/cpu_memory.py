@@ -33,15 +33,33 @@ CONFIGS = {
     "demo_long": (DEMO, ["grpo.max_completion_length=128"]),
     "demo_ckpt": (DEMO, ["model.gradient_checkpointing=true", "grpo.max_completion_length=128"]),
     "demo_full": (DEMO, ["lora=null", "training.learning_rate=1e-6"]),
-    "qwen_small": (QWEN_RECIPE, [f"model.name={QWEN}", QWEN_DATA, "grpo.num_generations=4",
-                                 "training.per_device_train_batch_size=8", "grpo.max_completion_length=64"]),
-    "qwen_small_nockpt": (QWEN_RECIPE, [f"model.name={QWEN}", QWEN_DATA, "grpo.num_generations=4",
-                                        "training.per_device_train_batch_size=8", "grpo.max_completion_length=64",
-                                        "model.gradient_checkpointing=false"]),
+    "qwen_small": (
+        QWEN_RECIPE,
+        [
+            f"model.name={QWEN}",
+            QWEN_DATA,
+            "grpo.num_generations=4",
+            "training.per_device_train_batch_size=8",
+            "grpo.max_completion_length=64",
+        ],
+    ),
+    "qwen_small_nockpt": (
+        QWEN_RECIPE,
+        [
+            f"model.name={QWEN}",
+            QWEN_DATA,
+            "grpo.num_generations=4",
+            "training.per_device_train_batch_size=8",
+            "grpo.max_completion_length=64",
+            "model.gradient_checkpointing=false",
+        ],
+    ),
     "qwen_issue": (QWEN_RECIPE, [f"model.name={QWEN}", QWEN_DATA, "grpo.max_completion_length=256"]),
     # the same in float32 throughout, as the issue's row measured it (13.3 GB on 2026-11-23)
-    "qwen_issue_fp32": (QWEN_RECIPE, [f"model.name={QWEN}", QWEN_DATA, "grpo.max_completion_length=256",
-                                      "model.mixed_precision=no"]),
+    "qwen_issue_fp32": (
+        QWEN_RECIPE,
+        [f"model.name={QWEN}", QWEN_DATA, "grpo.max_completion_length=256", "model.mixed_precision=no"],
+    ),
 }
 ALLOCATORS = {
     "default": {},  # glibc as it comes: the mmap threshold grows after each large free
@@ -51,11 +69,24 @@ ALLOCATORS = {
     "mmap4m": {"MALLOC_MMAP_THRESHOLD_": str(4 << 20)},
     "mmap1m_top": {"MALLOC_MMAP_THRESHOLD_": str(1 << 20), "MALLOC_TOP_PAD_": str(64 << 20)},
     # mimalloc from PyPI (pip install cmeel-mimalloc), preloaded in place of glibc's malloc
-    "mimalloc": {"LD_PRELOAD": str(Path(sys.prefix) / "lib" / f"python{sys.version_info.major}.{sys.version_info.minor}"
-                                   / "site-packages" / "cmeel.prefix" / "lib" / "libmimalloc.so")},
-    "mimalloc_purge0": {"LD_PRELOAD": str(Path(sys.prefix) / "lib" / f"python{sys.version_info.major}."
-                                          f"{sys.version_info.minor}" / "site-packages" / "cmeel.prefix" / "lib"
-                                          / "libmimalloc.so"), "MIMALLOC_PURGE_DELAY": "0"},
+    "mimalloc": {
+        "LD_PRELOAD": str(
+            Path(sys.prefix)
+            / "lib"
+            / f"python{sys.version_info.major}.{sys.version_info.minor}"
+            / "site-packages"
+            / "cmeel.prefix"
+            / "lib"
+            / "libmimalloc.so"
+        )
+    },
+    "mimalloc_purge0": {
+        "LD_PRELOAD": str(
+            Path(sys.prefix) / "lib" / f"python{sys.version_info.major}."
+            f"{sys.version_info.minor}" / "site-packages" / "cmeel.prefix" / "lib" / "libmimalloc.so"
+        ),
+        "MIMALLOC_PURGE_DELAY": "0",
+    },
     "trim": {},
     "trim_mmap1m": {"MALLOC_MMAP_THRESHOLD_": str(1 << 20)},
     "mmap256k": {"MALLOC_MMAP_THRESHOLD_": str(256 << 10)},
@@ -105,10 +136,17 @@ def run(config: str, allocator: str, steps: int) -> dict:
     recipe, overrides = CONFIGS[config]
     from grpo_cli.cpu_memory import ALLOCATOR_ENV, preload_env
 
-    env = {k: v for k, v in os.environ.items() if not k.startswith("MALLOC_") and k not in (ALLOCATOR_ENV, "LD_PRELOAD")}
+    env = {
+        k: v for k, v in os.environ.items() if not k.startswith("MALLOC_") and k not in (ALLOCATOR_ENV, "LD_PRELOAD")
+    }
     env.update((preload_env() or {}) if allocator == "tool" else {ALLOCATOR_ENV: "system", **ALLOCATORS[allocator]})
-    done = subprocess.run([sys.executable, "-c", CHILD, recipe, json.dumps(overrides), allocator, str(steps)],
-                          capture_output=True, text=True, env=env, cwd=ROOT)
+    done = subprocess.run(
+        [sys.executable, "-c", CHILD, recipe, json.dumps(overrides), allocator, str(steps)],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=ROOT,
+    )
     if done.returncode:
         raise SystemExit(f"{config}/{allocator} failed:\n{done.stderr[-3000:]}")
     return json.loads(done.stdout.strip().splitlines()[-1])
@@ -150,8 +188,10 @@ def report(path: Path) -> None:
         with tempfile.TemporaryDirectory() as tmp:
             plan = memory_plan(*recipe_as_ran(config, Path(tmp)), "cpu")
         error = 100 * (plan.peak_rss - row["rss_peak"]) / row["rss_peak"]
-        print(f"{config:18s} {row['live_peak'] / GIB:6.2f} {plan.peak_tensors / GIB:6.2f} {row['rss_peak'] / GIB:6.2f} "
-              f"{plan.peak_rss / GIB:8.2f} {error:+5.1f}%")
+        print(
+            f"{config:18s} {row['live_peak'] / GIB:6.2f} {plan.peak_tensors / GIB:6.2f} {row['rss_peak'] / GIB:6.2f} "
+            f"{plan.peak_rss / GIB:8.2f} {error:+5.1f}%"
+        )
 
 
 def main() -> None:
@@ -170,12 +210,20 @@ def main() -> None:
         for allocator in args.allocators.split(","):
             r = run(config, allocator, args.steps)
             gib = 2**30
-            row = {"config": config, "allocator": allocator, "overrides": CONFIGS[config][1], **r,
-                   "date": time.strftime("%Y-%m-%d")}
+            row = {
+                "config": config,
+                "allocator": allocator,
+                "overrides": CONFIGS[config][1],
+                **r,
+                "date": time.strftime("%Y-%m-%d"),
+            }
             with out.open("a", encoding="utf-8") as fh:
                 fh.write(json.dumps(row) + "\n")
-            print(f"{config:18s} {allocator:9s} {r['live_peak'] / gib:9.3f} {r['rss_peak'] / gib:8.3f} "
-                  f"{r['rss_peak'] / r['live_peak']:8.2f} {r['step_s'][-1]:7.1f}", flush=True)
+            print(
+                f"{config:18s} {allocator:9s} {r['live_peak'] / gib:9.3f} {r['rss_peak'] / gib:8.3f} "
+                f"{r['rss_peak'] / r['live_peak']:8.2f} {r['step_s'][-1]:7.1f}",
+                flush=True,
+            )
 
 
 if __name__ == "__main__":

@@ -25,8 +25,11 @@ def run_demo(overrides: list[str], quiet: bool = False) -> tuple[float, list[dic
     with tempfile.TemporaryDirectory() as tmp:
         run_dir = Path(tmp) / "demo"
         start = time.perf_counter()
-        subprocess.run([grpo, "train", str(ROOT / "recipes" / "demo.yaml"), f"training.output_dir={run_dir}", *overrides],
-                       check=True, capture_output=quiet)
+        subprocess.run(
+            [grpo, "train", str(ROOT / "recipes" / "demo.yaml"), f"training.output_dir={run_dir}", *overrides],
+            check=True,
+            capture_output=quiet,
+        )
         wall = time.perf_counter() - start
         return wall, [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
 

@@ -36,11 +36,13 @@ def main() -> None:
 
         gain = mean(last, CORRECTNESS) - mean(first, CORRECTNESS)
         learned += gain >= 0.15
-        print(f"{seed:<5d} {wall:6.0f}  {len(rows):5d}  {mean(first, 'reward'):6.2f} -> {mean(last, 'reward'):4.2f}"
-              f"          {mean(first, CORRECTNESS):6.2f} -> {mean(last, CORRECTNESS):4.2f}"
-              f"             {mean(first, 'completions/mean_length'):5.1f} -> "
-              f"{mean(last, 'completions/mean_length'):4.1f}",
-              flush=True)
+        print(
+            f"{seed:<5d} {wall:6.0f}  {len(rows):5d}  {mean(first, 'reward'):6.2f} -> {mean(last, 'reward'):4.2f}"
+            f"          {mean(first, CORRECTNESS):6.2f} -> {mean(last, CORRECTNESS):4.2f}"
+            f"             {mean(first, 'completions/mean_length'):5.1f} -> "
+            f"{mean(last, 'completions/mean_length'):4.1f}",
+            flush=True,
+        )
     print(f"correctness rose by at least 0.15 at {learned} of {len(seeds)} seeds")
 
 

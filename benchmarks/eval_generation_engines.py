@@ -27,22 +27,25 @@ def main() -> None:
     import torch
     from transformers import GenerationConfig
 
-    from grpo_cli.eval.problems import Problem, chat_prompts
     from grpo_cli.eval.continuous import ContinuousGenerator
+    from grpo_cli.eval.problems import Problem, chat_prompts
     from grpo_cli.models import load_model, load_tokenizer
     from grpo_cli.quiet import quiet_libraries
     from grpo_cli.recipe.validation import load_recipe
 
     quiet_libraries()
-    recipe = load_recipe(ROOT / "recipes" / "gsm8k" / "smollm2_135m_cpu.yaml", [f"data.source={args.data}"],
-                         scope="eval")
+    recipe = load_recipe(
+        ROOT / "recipes" / "gsm8k" / "smollm2_135m_cpu.yaml", [f"data.source={args.data}"], scope="eval"
+    )
     rows = [json.loads(line) for line in args.data.read_text().splitlines()[: args.limit]]
     problems = [Problem(i, r["question"], r["answer"], "") for i, r in enumerate(rows)]
     tokenizer = load_tokenizer(recipe)
     prompts = chat_prompts(problems, recipe, tokenizer)
     model = load_model(recipe).eval()
-    print(f"{len(prompts)} prompts, {recipe.model.dtype}, {torch.get_num_threads()} threads, "
-          f"budget {args.max_new_tokens}, batch {args.batch_size}")
+    print(
+        f"{len(prompts)} prompts, {recipe.model.dtype}, {torch.get_num_threads()} threads, "
+        f"budget {args.max_new_tokens}, batch {args.batch_size}"
+    )
 
     ours: dict[int, list[int]] = {}
     engine = ContinuousGenerator(model, tokenizer, args.max_new_tokens, [], None)
@@ -53,12 +56,18 @@ def main() -> None:
             ours[item.index] = [t for t in item.text]
     ours_s = time.perf_counter() - started
     ours_tokens = sum(len(t) for t in ours.values())
-    print(f"hand-written continuous batching: {ours_tokens} tokens in {ours_s:.1f} s = "
-          f"{ours_tokens / ours_s:.1f} tokens/s",
-          flush=True)
+    print(
+        f"hand-written continuous batching: {ours_tokens} tokens in {ours_s:.1f} s = "
+        f"{ours_tokens / ours_s:.1f} tokens/s",
+        flush=True,
+    )
 
-    config = GenerationConfig(max_new_tokens=args.max_new_tokens, do_sample=False, eos_token_id=tokenizer.eos_token_id,
-                              pad_token_id=tokenizer.pad_token_id)
+    config = GenerationConfig(
+        max_new_tokens=args.max_new_tokens,
+        do_sample=False,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+    )
     inputs = [tokenizer(p, add_special_tokens=False)["input_ids"] for p in prompts]
     started = time.perf_counter()
     outputs = model.generate_batch(inputs, generation_config=config, progress_bar=False)
@@ -71,8 +80,10 @@ def main() -> None:
     theirs_tokens = sum(len(t) for t in theirs.values())
 
     same = sum(ours[i] == theirs.get(i) for i in ours)
-    print(f"transformers generate_batch:      {theirs_tokens} tokens in {theirs_s:.1f} s = "
-          f"{theirs_tokens / theirs_s:.1f} tokens/s")
+    print(
+        f"transformers generate_batch:      {theirs_tokens} tokens in {theirs_s:.1f} s = "
+        f"{theirs_tokens / theirs_s:.1f} tokens/s"
+    )
     print(f"speed ratio (ours / transformers): {(ours_tokens / ours_s) / (theirs_tokens / theirs_s):.2f}x")
     print(f"identical greedy completions: {same}/{len(ours)}")
 

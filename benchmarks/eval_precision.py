@@ -20,9 +20,24 @@ from pathlib import Path
 
 
 def grpo_eval(target: list[str], overrides: list[str], args, output: Path) -> tuple[dict, dict[int, dict]]:
-    command = [sys.executable, "-m", "grpo_cli", "eval", *target, *overrides, "--data", args.data,
-               "--limit", str(args.limit), "--batch-size", str(args.batch_size),
-               "--max-new-tokens", str(args.max_new_tokens), "--output", str(output)]
+    command = [
+        sys.executable,
+        "-m",
+        "grpo_cli",
+        "eval",
+        *target,
+        *overrides,
+        "--data",
+        args.data,
+        "--limit",
+        str(args.limit),
+        "--batch-size",
+        str(args.batch_size),
+        "--max-new-tokens",
+        str(args.max_new_tokens),
+        "--output",
+        str(output),
+    ]
     subprocess.run(command, check=True, stdout=subprocess.DEVNULL)
     summary = json.loads((output / "summary.json").read_text())
     records = [json.loads(line) for line in (output / "predictions.jsonl").read_text().splitlines()]
@@ -50,14 +65,21 @@ def main() -> None:
                 computed = settings.get("compute_dtype", settings["dtype"])
                 results[precision] = records
                 session = summary["session"]
-                print(f"{label:8s} {computed:9s} {session['tokens_per_s']:6.1f} tokens/s  "
-                      f"strict {summary['filters']['strict-match']['correct']:3d}  "
-                      f"flexible {summary['filters']['flexible-extract']['correct']:3d}  of {summary['problems']}")
-            same_text = sum(results["float32"][i]["completion"] == results["auto"][i]["completion"]
-                            for i in results["float32"])
-            same_score = sum(results["float32"][i]["correct"] == results["auto"][i]["correct"] for i in results["float32"])
-            print(f"{label:8s} identical completions {same_text} of {len(results['float32'])}, "
-                  f"identically scored {same_score}")
+                print(
+                    f"{label:8s} {computed:9s} {session['tokens_per_s']:6.1f} tokens/s  "
+                    f"strict {summary['filters']['strict-match']['correct']:3d}  "
+                    f"flexible {summary['filters']['flexible-extract']['correct']:3d}  of {summary['problems']}"
+                )
+            same_text = sum(
+                results["float32"][i]["completion"] == results["auto"][i]["completion"] for i in results["float32"]
+            )
+            same_score = sum(
+                results["float32"][i]["correct"] == results["auto"][i]["correct"] for i in results["float32"]
+            )
+            print(
+                f"{label:8s} identical completions {same_text} of {len(results['float32'])}, "
+                f"identically scored {same_score}"
+            )
 
 
 if __name__ == "__main__":

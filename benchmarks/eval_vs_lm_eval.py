@@ -33,8 +33,12 @@ def lm_eval_task(directory: Path, data: Path) -> str:
 
     source = Path(lm_eval.__file__).parent / "tasks" / "gsm8k" / "gsm8k.yaml"
     task = yaml.safe_load(source.read_text())
-    task.update(task="gsm8k_local", dataset_path="json", dataset_name=None,
-                dataset_kwargs={"data_files": {"train": str(data / "train.jsonl"), "test": str(data / "test.jsonl")}})
+    task.update(
+        task="gsm8k_local",
+        dataset_path="json",
+        dataset_name=None,
+        dataset_kwargs={"data_files": {"train": str(data / "train.jsonl"), "test": str(data / "test.jsonl")}},
+    )
     task.pop("tag", None)
     (directory / "gsm8k_local.yaml").write_text(yaml.safe_dump(task, sort_keys=False))
     return "gsm8k_local"
@@ -70,28 +74,66 @@ def main() -> None:
         tmp.mkdir(parents=True, exist_ok=True)
         task = lm_eval_task(tmp, args.data)
         lm_eval_out = tmp / "lm_eval"
-        lm_eval_s = timed([shutil.which("lm_eval") or "lm_eval", "--model", "hf", "--model_args",
-                           f"pretrained={model_dir},dtype={args.dtype}", "--tasks", task, "--include_path", str(tmp),
-                           "--limit", str(args.limit), "--output_path", str(lm_eval_out), "--log_samples",
-                           "--seed", "0,1234,1234,1234"], env)
+        lm_eval_s = timed(
+            [
+                shutil.which("lm_eval") or "lm_eval",
+                "--model",
+                "hf",
+                "--model_args",
+                f"pretrained={model_dir},dtype={args.dtype}",
+                "--tasks",
+                task,
+                "--include_path",
+                str(tmp),
+                "--limit",
+                str(args.limit),
+                "--output_path",
+                str(lm_eval_out),
+                "--log_samples",
+                "--seed",
+                "0,1234,1234,1234",
+            ],
+            env,
+        )
         ours_out = tmp / "ours"
-        ours_s = timed([shutil.which("grpo") or "grpo", "eval", "--model", str(model_dir), "--protocol", "lm-eval",
-                        "--data", str(args.data / "test.jsonl"), "--limit", str(args.limit),
-                        "--batch-size", str(args.batch_size), "--output", str(ours_out), "--json",
-                        f"model.dtype={args.dtype}"], env)
+        ours_s = timed(
+            [
+                shutil.which("grpo") or "grpo",
+                "eval",
+                "--model",
+                str(model_dir),
+                "--protocol",
+                "lm-eval",
+                "--data",
+                str(args.data / "test.jsonl"),
+                "--limit",
+                str(args.limit),
+                "--batch-size",
+                str(args.batch_size),
+                "--output",
+                str(ours_out),
+                "--json",
+                f"model.dtype={args.dtype}",
+            ],
+            env,
+        )
 
         theirs: dict[int, dict] = {}
         for line in next(lm_eval_out.rglob("samples_gsm8k_local_*.jsonl")).read_text().splitlines():
             sample = json.loads(line)
-            entry = theirs.setdefault(sample["doc_id"], {"prompt": sample["arguments"]["gen_args_0"]["arg_0"],
-                                                         "completion": sample["resps"][0][0]})
+            entry = theirs.setdefault(
+                sample["doc_id"],
+                {"prompt": sample["arguments"]["gen_args_0"]["arg_0"], "completion": sample["resps"][0][0]},
+            )
             entry[sample["filter"]] = (sample["filtered_resps"][0], bool(sample["exact_match"]))
         ours = {r["index"]: r for r in map(json.loads, (ours_out / "predictions.jsonl").read_text().splitlines())}
         summary = json.loads((ours_out / "summary.json").read_text())
 
         rows = [json.loads(line) for line in (args.data / "test.jsonl").read_text().splitlines()[: args.limit]]
         problems = [Problem(i, r["question"], r["answer"], "") for i, r in enumerate(rows)]
-        our_prompts = lm_eval_prompts(problems, fewshot_pool(EvalSection(source=str(args.data / "test.jsonl"))), 5, 1234)
+        our_prompts = lm_eval_prompts(
+            problems, fewshot_pool(EvalSection(source=str(args.data / "test.jsonl"))), 5, 1234
+        )
 
     n = len(problems)
     assert set(theirs) == set(ours) == set(range(n)), "both tools must score the same problems"
@@ -103,18 +145,26 @@ def main() -> None:
         agree = sum(ours[i]["extracted"][name] == theirs[i][name][0] for i in range(n))
         acc_theirs = sum(theirs[i][name][1] for i in range(n)) / n
         acc_ours = summary["filters"][name]["accuracy"]
-        print(f"{name:17s} extracted answers agree {agree}/{n} ({100 * agree / n:.1f}%)   "
-              f"accuracy lm-eval {100 * acc_theirs:.1f}%  grpo eval {100 * acc_ours:.1f}%  "
-              f"{'identical' if abs(acc_theirs - acc_ours) < 1e-12 else 'DIFFERENT'}")
-    print(f"wall time: lm-eval {lm_eval_s:.1f}s (HF backend, batch size 1)  grpo eval {ours_s:.1f}s "
-          f"(batch {args.batch_size})  -> throughput ratio {lm_eval_s / ours_s:.2f}x")
+        print(
+            f"{name:17s} extracted answers agree {agree}/{n} ({100 * agree / n:.1f}%)   "
+            f"accuracy lm-eval {100 * acc_theirs:.1f}%  grpo eval {100 * acc_ours:.1f}%  "
+            f"{'identical' if abs(acc_theirs - acc_ours) < 1e-12 else 'DIFFERENT'}"
+        )
+    print(
+        f"wall time: lm-eval {lm_eval_s:.1f}s (HF backend, batch size 1)  grpo eval {ours_s:.1f}s "
+        f"(batch {args.batch_size})  -> throughput ratio {lm_eval_s / ours_s:.2f}x"
+    )
     session = summary["session"]
-    print(f"grpo eval generation alone: {session['problems_per_s']:.3f} problems/s, "
-          f"{session['tokens_per_s']:.1f} tokens/s")
+    print(
+        f"grpo eval generation alone: {session['problems_per_s']:.3f} problems/s, "
+        f"{session['tokens_per_s']:.1f} tokens/s"
+    )
     for i in range(n):
         if ours[i]["completion"] != theirs[i]["completion"]:
-            print(f"  problem {i} differs:\n    lm-eval:   {theirs[i]['completion'][:160]!r}\n"
-                  f"    grpo eval: {ours[i]['completion'][:160]!r}")
+            print(
+                f"  problem {i} differs:\n    lm-eval:   {theirs[i]['completion'][:160]!r}\n"
+                f"    grpo eval: {ours[i]['completion'][:160]!r}"
+            )
 
 
 if __name__ == "__main__":

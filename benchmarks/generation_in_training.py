@@ -110,25 +110,35 @@ def main() -> None:
             return trl_generate()
 
     if narrowed:
-        variants = {"autocast, output cast/token": autocast_output_cast_per_token,
-                    "grpo: autocast, frozen bf16": grpo_path, "grpo eval engine (greedy)": eval_engine}
+        variants = {
+            "autocast, output cast/token": autocast_output_cast_per_token,
+            "grpo: autocast, frozen bf16": grpo_path,
+            "grpo eval engine (greedy)": eval_engine,
+        }
     else:
-        variants = {"TRL, adapter unmerged": trl_unmerged, "TRL, adapter merged": grpo_path,
-                    "grpo eval engine (greedy)": eval_engine}
+        variants = {
+            "TRL, adapter unmerged": trl_unmerged,
+            "TRL, adapter merged": grpo_path,
+            "grpo eval engine (greedy)": eval_engine,
+        }
     speeds: dict[str, list[float]] = {name: [] for name in variants}
     for round_ in range(args.rounds):
         for name, call in variants.items():
             with torch.no_grad():
                 tokens, seconds = timed(call)
             speeds[name].append(tokens / seconds)
-            print(f"round {round_ + 1} {name:26s} {tokens:6d} tokens in {seconds:6.1f} s = "
-                  f"{tokens / seconds:6.1f} tokens/s",
-                  flush=True)
+            print(
+                f"round {round_ + 1} {name:26s} {tokens:6d} tokens in {seconds:6.1f} s = "
+                f"{tokens / seconds:6.1f} tokens/s",
+                flush=True,
+            )
 
-    print(f"\n{recipe.model.name}, batch {batch} ({groups} prompts x {recipe.grpo.num_generations}), budget "
-          f"{recipe.grpo.max_completion_length} tokens, {'bf16 autocast' if narrowed else recipe.model.dtype}, "
-          f"{torch.get_num_threads()} threads, "
-          f"median of {args.rounds}")
+    print(
+        f"\n{recipe.model.name}, batch {batch} ({groups} prompts x {recipe.grpo.num_generations}), budget "
+        f"{recipe.grpo.max_completion_length} tokens, {'bf16 autocast' if narrowed else recipe.model.dtype}, "
+        f"{torch.get_num_threads()} threads, "
+        f"median of {args.rounds}"
+    )
     reference = statistics.median(speeds["grpo eval engine (greedy)"])
     for name, values in speeds.items():
         median = statistics.median(values)

@@ -33,8 +33,10 @@ from grpo_cli.eval.stats import paired_difference, wilson_interval
 ROOT = Path(__file__).resolve().parent.parent
 DATA = ROOT.parent / "shared" / "data" / "gsm8k"  # ../shared/data/gsm8k from the repository root
 PROOFS = {  # name: (recipe, command printing the model path or None for the recipe's own model)
-    "qwen2.5-coder-0.5b": (ROOT / "recipes" / "gsm8k" / "qwen2.5_coder_0.5b_cpu.yaml",
-                           ["bash", str(ROOT / "benchmarks" / "models" / "qwen2.5_coder_0.5b.sh")]),
+    "qwen2.5-coder-0.5b": (
+        ROOT / "recipes" / "gsm8k" / "qwen2.5_coder_0.5b_cpu.yaml",
+        ["bash", str(ROOT / "benchmarks" / "models" / "qwen2.5_coder_0.5b.sh")],
+    ),
     "smollm2-135m": (ROOT / "recipes" / "gsm8k" / "smollm2_135m_cpu.yaml", None),
 }
 
@@ -73,8 +75,10 @@ def model_row(label: str, rows: list[dict], budget: int) -> str:
     formatted = sum(bool(r["formatted"]) for r in rows)
     mean_tokens = sum(r["new_tokens"] for r in rows) / n
     cut = sum(r["new_tokens"] >= budget for r in rows)
-    return (f"| {label} | {n} | {cells[0]} | {cells[1]} | {100 * formatted / n:.1f}% | {mean_tokens:.0f} | "
-            f"{cut} ({100 * cut / n:.1f}%) |")
+    return (
+        f"| {label} | {n} | {cells[0]} | {cells[1]} | {100 * formatted / n:.1f}% | {mean_tokens:.0f} | "
+        f"{cut} ({100 * cut / n:.1f}%) |"
+    )
 
 
 def table(run_dir: Path, root: Path, base_dir: Path, budget: int) -> str:
@@ -84,18 +88,25 @@ def table(run_dir: Path, root: Path, base_dir: Path, budget: int) -> str:
     right_first, right_last, _ = first_last(run_dir, "rewards/correctness/mean")
     base, trained = predictions(base_dir), predictions(root / "trained")
     common = sorted(set(base) & set(trained))
-    lines = [f"training: {steps} steps, mean reward first 20% of steps {first:.3f} -> last 20% {last:.3f}; "
-             f"correctness {right_first:.3f} -> {right_last:.3f}", "",
-             "| model | problems | strict-match (95%) | flexible-extract (95%) | format rate | mean tokens "
-             "| cut at budget |",
-             "|---|---|---|---|---|---|---|",
-             model_row("base", [base[i] for i in common], budget),
-             model_row("trained", [trained[i] for i in common], budget), ""]
+    lines = [
+        f"training: {steps} steps, mean reward first 20% of steps {first:.3f} -> last 20% {last:.3f}; "
+        f"correctness {right_first:.3f} -> {right_last:.3f}",
+        "",
+        "| model | problems | strict-match (95%) | flexible-extract (95%) | format rate | mean tokens "
+        "| cut at budget |",
+        "|---|---|---|---|---|---|---|",
+        model_row("base", [base[i] for i in common], budget),
+        model_row("trained", [trained[i] for i in common], budget),
+        "",
+    ]
     for name in ("strict-match", "flexible-extract"):
-        f = paired_difference([bool(base[i]["correct"][name]) for i in common],
-                              [bool(trained[i]["correct"][name]) for i in common])
-        lines.append(f"{name}: {100 * f['difference']:+.1f} pts, paired 95% {100 * f['low']:+.1f} to "
-                     f"{100 * f['high']:+.1f} ({f['fixed']} fixed, {f['broken']} broken)")
+        f = paired_difference(
+            [bool(base[i]["correct"][name]) for i in common], [bool(trained[i]["correct"][name]) for i in common]
+        )
+        lines.append(
+            f"{name}: {100 * f['difference']:+.1f} pts, paired 95% {100 * f['low']:+.1f} to "
+            f"{100 * f['high']:+.1f} ({f['fixed']} fixed, {f['broken']} broken)"
+        )
     return "\n".join(lines)
 
 
@@ -106,9 +117,13 @@ def main() -> None:
     parser.add_argument("--limit", type=int, help="Evaluate the first N test problems only (default: all 1319).")
     parser.add_argument("--base", type=Path, help="Reuse this base evaluation (same settings).")
     parser.add_argument("--max-new-tokens", type=int, default=512)
-    parser.add_argument("--table", nargs=2, type=Path, metavar=("RUN", "COMPARE_DIR"),
-                        help="Only print the table of an existing run and comparison (needs --base when the "
-                             "comparison reused one).")
+    parser.add_argument(
+        "--table",
+        nargs=2,
+        type=Path,
+        metavar=("RUN", "COMPARE_DIR"),
+        help="Only print the table of an existing run and comparison (needs --base when the comparison reused one).",
+    )
     parser.add_argument("overrides", nargs="*", help="key=value overrides for the training recipe")
     args = parser.parse_args()
     if args.table:
@@ -125,13 +140,34 @@ def main() -> None:
         model = [f"model.name={path}"]
     run_dir = args.workdir / "run"
     resume = ["--resume"] if (run_dir / "recipe.yaml").exists() else []  # a rerun continues where it stopped
-    train_s = run([grpo, "train", str(recipe), *model, f"data.source={DATA / 'train.jsonl'}",
-                   f"training.output_dir={run_dir}", *args.overrides, *resume])
+    train_s = run(
+        [
+            grpo,
+            "train",
+            str(recipe),
+            *model,
+            f"data.source={DATA / 'train.jsonl'}",
+            f"training.output_dir={run_dir}",
+            *args.overrides,
+            *resume,
+        ]
+    )
     root = args.workdir / "compare"
     # float32 generation, as every committed evaluation of these proofs was made (the default follows the training
     # precision, bfloat16 on CPUs that have it, and a base evaluation reused with --base must match).
-    command = [grpo, "eval", "--compare", str(run_dir), "model.mixed_precision=no", "--data", str(DATA / "test.jsonl"),
-               "--output", str(root), "--max-new-tokens", str(args.max_new_tokens)]
+    command = [
+        grpo,
+        "eval",
+        "--compare",
+        str(run_dir),
+        "model.mixed_precision=no",
+        "--data",
+        str(DATA / "test.jsonl"),
+        "--output",
+        str(root),
+        "--max-new-tokens",
+        str(args.max_new_tokens),
+    ]
     command += ["--limit", str(args.limit)] if args.limit else []
     command += ["--base", str(args.base)] if args.base else []
     eval_s = run(command)

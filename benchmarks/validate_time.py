@@ -1,6 +1,6 @@
 """Wall time of `grpo validate` on a recipe without a `trl:` section (target: under 1.5 s).
 
-    python benchmarks/validate_time.py [RECIPE] [--runs 10]
+python benchmarks/validate_time.py [RECIPE] [--runs 10]
 """
 
 from __future__ import annotations
@@ -27,8 +27,10 @@ def main() -> None:
         start = time.perf_counter()
         subprocess.run([grpo, "validate", args.recipe], check=True, capture_output=True)
         times.append(time.perf_counter() - start)
-    print(f"grpo validate {args.recipe}: {args.runs} runs, median {statistics.median(times):.3f} s, "
-          f"max {max(times):.3f} s (target < 1.5 s)")
+    print(
+        f"grpo validate {args.recipe}: {args.runs} runs, median {statistics.median(times):.3f} s, "
+        f"max {max(times):.3f} s (target < 1.5 s)"
+    )
 
 
 if __name__ == "__main__":

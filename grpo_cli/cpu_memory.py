@@ -92,8 +92,9 @@ _DECIDERS = ("bitsandbytes", "peft", "transformers", "trl", "accelerate")
 
 
 def needs_bitsandbytes(recipe: Recipe) -> bool:
-    return (recipe.quantization is not None or "8bit" in recipe.training.optim
-            or recipe.training.optim.startswith("paged_"))
+    return (
+        recipe.quantization is not None or "8bit" in recipe.training.optim or recipe.training.optim.startswith("paged_")
+    )
 
 
 def skip_unused_bitsandbytes(recipe: Recipe) -> bool:

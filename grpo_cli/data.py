@@ -7,10 +7,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from rewards.answers import gsm8k_gold, normalize_number, to_number
 from grpo_cli.errors import UserError
 from grpo_cli.recipe.schema import DataSection
 from grpo_cli.recipe.sources import GENERATED, LOCAL_DATA_BUILDERS
+from rewards.answers import gsm8k_gold, normalize_number, to_number
 
 DEFAULT_GENERATED_ROWS = 1000
 
@@ -18,12 +18,18 @@ DEFAULT_GENERATED_ROWS = 1000
 _NAMES = ["Ava", "Ben", "Chloe", "Dev", "Elena", "Farid", "Grace", "Hiro", "Ines", "Jonas", "Kemi", "Liam"]
 _ITEMS = ["apples", "pencils", "stickers", "marbles", "books", "cookies", "stamps", "shells", "cards", "coins"]
 _TEMPLATES = {
-    "+": ("{name} has {a} {item}. {name} gets {b} more {item}. How many {item} does {name} have now?",
-          "{name} has {a} + {b} = <<{a}+{b}={r}>>{r} {item}."),
-    "-": ("{name} has {a} {item} and gives away {b} of them. How many {item} does {name} have left?",
-          "{name} has {a} - {b} = <<{a}-{b}={r}>>{r} {item} left."),
-    "*": ("{name} buys {a} boxes with {b} {item} in each box. How many {item} does {name} buy?",
-          "{name} buys {a} * {b} = <<{a}*{b}={r}>>{r} {item}."),
+    "+": (
+        "{name} has {a} {item}. {name} gets {b} more {item}. How many {item} does {name} have now?",
+        "{name} has {a} + {b} = <<{a}+{b}={r}>>{r} {item}.",
+    ),
+    "-": (
+        "{name} has {a} {item} and gives away {b} of them. How many {item} does {name} have left?",
+        "{name} has {a} - {b} = <<{a}-{b}={r}>>{r} {item} left.",
+    ),
+    "*": (
+        "{name} buys {a} boxes with {b} {item} in each box. How many {item} does {name} buy?",
+        "{name} buys {a} * {b} = <<{a}*{b}={r}>>{r} {item}.",
+    ),
 }
 
 
@@ -43,8 +49,9 @@ def generate_problems(count: int, seed: int = 0) -> list[dict[str, str]]:
     return rows
 
 
-def load_rows(source: str, config: str | None, split: str, limit: int | None = None, seed: int = 0,
-              key: str = "data.source"):
+def load_rows(
+    source: str, config: str | None, split: str, limit: int | None = None, seed: int = 0, key: str = "data.source"
+):
     """A `datasets.Dataset` from `generated`, a local file, or the hub (hub failures become one clear line).
 
     `key` is the recipe key the source came from, named in errors (data.source, eval.source, ...)."""
@@ -99,11 +106,15 @@ class PreparedData:
 
     def report(self, recipe) -> list[str]:
         """One line per kind of row left out, for the run's console."""
-        lines = [f"left out {n} of {self.total + sum(self.unusable.values())} rows: {why}"
-                 for why, n in self.unusable.items()]
+        lines = [
+            f"left out {n} of {self.total + sum(self.unusable.values())} rows: {why}"
+            for why, n in self.unusable.items()
+        ]
         if self.dropped_too_long:
-            lines.append(f"dropped {self.dropped_too_long} of {self.total} prompts longer than "
-                         f"{recipe.data.max_prompt_length} tokens (data.max_prompt_length)")
+            lines.append(
+                f"dropped {self.dropped_too_long} of {self.total} prompts longer than "
+                f"{recipe.data.max_prompt_length} tokens (data.max_prompt_length)"
+            )
         return lines
 
     def check_enough(self, recipe) -> None:
@@ -112,10 +123,13 @@ class PreparedData:
         rows = len(self.dataset)
         if rows < needed or recipe.total_steps(rows) < 1:
             left = "; ".join(f"{n} {why}" for why, n in self.unusable.items()) or "none left out"
-            raise UserError(f"only {rows} usable prompt(s) in {recipe.data.source} ({left}); one step needs {needed} "
-                            f"(generation batch "
-                            f"{recipe.generation_batch_size} / {recipe.grpo.num_generations} generations): add rows or "
-                            "lower training.per_device_train_batch_size", path="data.source")
+            raise UserError(
+                f"only {rows} usable prompt(s) in {recipe.data.source} ({left}); one step needs {needed} "
+                f"(generation batch "
+                f"{recipe.generation_batch_size} / {recipe.grpo.num_generations} generations): add rows or "
+                "lower training.per_device_train_batch_size",
+                path="data.source",
+            )
 
 
 def prepare(data: DataSection, tokenizer=None, seed: int = 0, tools: list | None = None) -> PreparedData:
@@ -132,8 +146,11 @@ def prepare(data: DataSection, tokenizer=None, seed: int = 0, tools: list | None
         rows = rows.select(range(data.limit))
     if data.max_solution_steps is not None:
         if not data.answer_column or data.answer_format != "gsm8k":
-            raise UserError("counts the working lines of GSM8K-format answers; it needs data.answer_format: gsm8k "
-                            "and an answer column", path="data.max_solution_steps")
+            raise UserError(
+                "counts the working lines of GSM8K-format answers; it needs data.answer_format: gsm8k "
+                "and an answer column",
+                path="data.max_solution_steps",
+            )
         rows = rows.filter(lambda row: solution_steps(str(row[data.answer_column])) <= data.max_solution_steps)
         if len(rows) == 0:
             raise UserError("no problem has a solution this short; raise it", path="data.max_solution_steps")
@@ -141,13 +158,17 @@ def prepare(data: DataSection, tokenizer=None, seed: int = 0, tools: list | None
     rows, unusable = _usable_rows(rows, data)
     if len(rows) == 0:  # nothing to map: datasets would hand back a table without the columns the trainer reads
         why = "; ".join(f"{n} {reason}" for reason, n in unusable.items())
-        raise UserError(f"no usable rows in {data.source}: {why}; each row needs a text question"
-                        + (f" and a numeric answer in `{data.answer_column}`" if data.answer_column else ""),
-                        path="data.source")
+        raise UserError(
+            f"no usable rows in {data.source}: {why}; each row needs a text question"
+            + (f" and a numeric answer in `{data.answer_column}`" if data.answer_column else ""),
+            path="data.source",
+        )
 
     def to_example(row: dict[str, Any]) -> dict[str, Any]:
-        example = {"prompt": build_prompt(str(row[data.prompt_column]), data.system_prompt, data.chat),
-                   "question": str(row[data.prompt_column])}
+        example = {
+            "prompt": build_prompt(str(row[data.prompt_column]), data.system_prompt, data.chat),
+            "question": str(row[data.prompt_column]),
+        }
         if data.answer_column:
             example["answer"] = gold_answer(row[data.answer_column], data.answer_format)
         return example

@@ -33,8 +33,17 @@ def plain_model_dir(gguf: Path) -> Path:
     target = converted_dir(gguf)
     if (target / "config.json").exists():
         return target
-    done = subprocess.run([sys.executable, "-c", "import sys; from grpo_cli.gguf import convert_gguf; "
-                           "convert_gguf(*sys.argv[1:])", str(gguf), str(target)], capture_output=True, text=True)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import sys; from grpo_cli.gguf import convert_gguf; convert_gguf(*sys.argv[1:])",
+            str(gguf),
+            str(target),
+        ],
+        capture_output=True,
+        text=True,
+    )
     if done.returncode:
         lines = [line for line in done.stderr.splitlines() if line.strip()] or ["no output"]
         raise UserError(f"cannot convert {gguf}: {lines[-1][:300]}", path="model.name")

@@ -27,10 +27,15 @@ def load_tokenizer(recipe):
     source = recipe.model.tokenizer or resolve_model_path(recipe.model.name)
     try:
         tokenizer = AutoTokenizer.from_pretrained(
-            source, padding_side="left", revision=recipe.model.revision, trust_remote_code=recipe.model.trust_remote_code
+            source,
+            padding_side="left",
+            revision=recipe.model.revision,
+            trust_remote_code=recipe.model.trust_remote_code,
         )
     except (OSError, ValueError) as exc:
-        raise UserError(_not_found(source, exc), path="model.tokenizer" if recipe.model.tokenizer else "model.name") from None
+        raise UserError(
+            _not_found(source, exc), path="model.tokenizer" if recipe.model.tokenizer else "model.name"
+        ) from None
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
     return tokenizer
@@ -106,8 +111,12 @@ def load_model(recipe, frozen_linear_dtype: str | None = None):
     except ImportError as exc:  # flash-attn or another optional kernel package is missing
         raise UserError(f"{exc}", path="model.attn_implementation") from None
     if stored:
-        _widen_from_file(model, _stored_tensors(location, recipe.model.revision), torch.float32,
-                         keep_linears=stored == frozen_linear_dtype)
+        _widen_from_file(
+            model,
+            _stored_tensors(location, recipe.model.revision),
+            torch.float32,
+            keep_linears=stored == frozen_linear_dtype,
+        )
     return model
 
 
@@ -115,8 +124,9 @@ def _stored_dtype(location: str, kwargs: dict) -> str | None:
     """The dtype the checkpoint's config says its weights are stored in (None when it does not say)."""
     from transformers import AutoConfig
 
-    config = AutoConfig.from_pretrained(location, revision=kwargs["revision"],
-                                        trust_remote_code=kwargs["trust_remote_code"])
+    config = AutoConfig.from_pretrained(
+        location, revision=kwargs["revision"], trust_remote_code=kwargs["trust_remote_code"]
+    )
     stored = getattr(config, "dtype", None) or getattr(config, "torch_dtype", None)
     return str(stored).removeprefix("torch.") if stored is not None else None
 
@@ -135,7 +145,9 @@ def _stored_tensors(location: str, revision: str | None) -> dict[str, tuple[Path
         except (OSError, ValueError):
             return {}
     index = directory / "model.safetensors.index.json"
-    files = sorted(set(json.loads(index.read_text())["weight_map"].values())) if index.is_file() else ["model.safetensors"]
+    files = (
+        sorted(set(json.loads(index.read_text())["weight_map"].values())) if index.is_file() else ["model.safetensors"]
+    )
     entries = {}
     for name in files:
         path = directory / name
@@ -179,8 +191,16 @@ def _widen_from_file(model, stored: dict, dtype, keep_linears: bool) -> None:
     import torch
 
     output = model.get_output_embeddings()
-    keep = {id(t) for m in model.modules() if isinstance(m, torch.nn.Linear) and m is not output
-            for t in m.parameters(recurse=False)} if keep_linears else set()
+    keep = (
+        {
+            id(t)
+            for m in model.modules()
+            if isinstance(m, torch.nn.Linear) and m is not output
+            for t in m.parameters(recurse=False)
+        }
+        if keep_linears
+        else set()
+    )
     dtypes = {"BF16": torch.bfloat16, "F16": torch.float16, "F32": torch.float32}
     with torch.no_grad():
         for name, tensor in [*model.named_parameters(), *model.named_buffers()]:
@@ -198,10 +218,10 @@ def _not_found(name: str, exc: Exception) -> str:
 
     offline = os.environ.get("HF_HUB_OFFLINE") == "1"
     reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-    return (
-        f"cannot load `{name}`: {reason[:200]}. "
-        + ("HF_HUB_OFFLINE=1 is set: download it first or point model.name at a local directory or .gguf file"
-           if offline else "check the hub id, your network and HF_TOKEN, or point model.name at a local directory or .gguf file")
+    return f"cannot load `{name}`: {reason[:200]}. " + (
+        "HF_HUB_OFFLINE=1 is set: download it first or point model.name at a local directory or .gguf file"
+        if offline
+        else "check the hub id, your network and HF_TOKEN, or point model.name at a local directory or .gguf file"
     )
 
 

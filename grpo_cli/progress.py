@@ -11,8 +11,14 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 def progress_bar(console: Console, label: str) -> Progress:
     """`label  n/N  bar  elapsed  eta remaining  <stats>`; callers fill the `stats` field of their task."""
     return Progress(
-        TextColumn(f"[bold]{label}"), MofNCompleteColumn(), BarColumn(), TimeElapsedColumn(),
-        TextColumn("eta"), TimeRemainingColumn(), TextColumn("{task.fields[stats]}"), console=console,
+        TextColumn(f"[bold]{label}"),
+        MofNCompleteColumn(),
+        BarColumn(),
+        TimeElapsedColumn(),
+        TextColumn("eta"),
+        TimeRemainingColumn(),
+        TextColumn("{task.fields[stats]}"),
+        console=console,
     )
 
 
@@ -26,7 +32,7 @@ class PhaseLines:
         self.phase = ""
         self.last_line = time.monotonic()
 
-    def __enter__(self) -> "PhaseLines":
+    def __enter__(self) -> PhaseLines:
         if self.console.is_terminal:
             self.status = self.console.status(self.first)
             self.status.__enter__()

@@ -89,8 +89,11 @@ def completion_text(completion: Any) -> str:
     if isinstance(completion, str):
         return completion
     if isinstance(completion, list):
-        return "".join(str(m.get("content") or "") if isinstance(m, dict) else str(m) for m in completion
-                       if not isinstance(m, dict) or m.get("role", "assistant") != "tool")
+        return "".join(
+            str(m.get("content") or "") if isinstance(m, dict) else str(m)
+            for m in completion
+            if not isinstance(m, dict) or m.get("role", "assistant") != "tool"
+        )
     if isinstance(completion, dict):
         return str(completion.get("content", ""))
     return "" if completion is None else str(completion)

@@ -11,7 +11,13 @@ import re
 from typing import Any
 
 from rewards.answers import (
-    HASHES, completion_text, extract_answer, marked_answer, numbers_equal, tag_content, to_number,
+    HASHES,
+    completion_text,
+    extract_answer,
+    marked_answer,
+    numbers_equal,
+    tag_content,
+    to_number,
 )
 
 STRICT_FORMAT = re.compile(r"^<reasoning>\n.*?\n</reasoning>\n<answer>\n.*?\n</answer>\n?$", re.DOTALL)
@@ -70,7 +76,9 @@ def xml_count(prompts=None, completions=None, completion_ids=None, **kwargs) -> 
     """
     out = []
     for text in _texts(completions):
-        score = sum((0.25 for tag in ("<reasoning>", "</reasoning>", "<answer>", "</answer>") if text.count(tag) == 1), 0.0)
+        score = sum(
+            (0.25 for tag in ("<reasoning>", "</reasoning>", "<answer>", "</answer>") if text.count(tag) == 1), 0.0
+        )
         if text.count("</answer>") == 1:
             trailing = text.split("</answer>")[-1].strip()
             score -= min(0.25, 0.001 * len(trailing))
@@ -169,5 +177,7 @@ class MarkedCorrectness:
 
     def __call__(self, prompts=None, completions=None, completion_ids=None, answer=None, **kwargs):
         texts = _texts(completions)
-        return [None if gold is None else float(numbers_equal(marked_answer(text, self.marker, self.tag), str(gold)))
-                for text, gold in zip(texts, _golds(answer, len(texts)))]
+        return [
+            None if gold is None else float(numbers_equal(marked_answer(text, self.marker, self.tag), str(gold)))
+            for text, gold in zip(texts, _golds(answer, len(texts)))
+        ]

@@ -9,8 +9,9 @@ import importlib.util
 import inspect
 import os
 import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from rewards import gsm8k
 
@@ -123,7 +124,9 @@ def _build(name: str, target: Any, kwargs: dict[str, Any], builtin: bool) -> Cal
             return target(**kwargs)
         except (TypeError, ValueError) as exc:
             params = ", ".join(p for p in inspect.signature(target).parameters if p != "self")
-            raise RewardLookupError(f"reward `{name}` rejects kwargs {kwargs}: {exc} (accepts: {params})", "kwargs") from None
+            raise RewardLookupError(
+                f"reward `{name}` rejects kwargs {kwargs}: {exc} (accepts: {params})", "kwargs"
+            ) from None
     if not callable(target):
         raise RewardLookupError(f"`{name}` is not callable")
     if not kwargs:

@@ -8,8 +8,8 @@ import yaml
 from typer.testing import CliRunner
 
 from grpo_cli import __version__
-from grpo_cli.recipe.catalog import shipped_recipes
 from grpo_cli.cli import app
+from grpo_cli.recipe.catalog import shipped_recipes
 from grpo_cli.recipe.validation import load_recipe
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -54,7 +54,12 @@ def test_batch_error_proposes_fixes_that_validate(tmp_path):
     fixes = result.output.split("nearest fixes: ")[1].strip().split(", ")
     assert fixes
     for fix in fixes:
-        assert runner.invoke(app, ["validate", str(ROOT / "recipes/demo.yaml"), "training.per_device_train_batch_size=6", fix]).exit_code == 0, fix
+        assert (
+            runner.invoke(
+                app, ["validate", str(ROOT / "recipes/demo.yaml"), "training.per_device_train_batch_size=6", fix]
+            ).exit_code
+            == 0
+        ), fix
 
 
 def test_recipes_list_and_cp_never_overwrite(tmp_path):
@@ -77,7 +82,9 @@ def test_schema_is_json_schema_of_the_recipe():
     result = runner.invoke(app, ["schema"])
     schema = json.loads(result.stdout)
     assert schema["additionalProperties"] is False
-    assert {"model", "lora", "quantization", "data", "rewards", "grpo", "training", "eval", "hardware", "trl"} <= set(schema["properties"])
+    assert {"model", "lora", "quantization", "data", "rewards", "grpo", "training", "eval", "hardware", "trl"} <= set(
+        schema["properties"]
+    )
 
 
 def test_version_and_help_examples():

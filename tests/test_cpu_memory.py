@@ -20,8 +20,14 @@ runner = CliRunner()
 def test_training_runs_with_mimalloc_preloaded(tmp_path, tiny_llama):
     recipe = write_recipe(tmp_path, tiny_llama, training={"max_steps": 1})
     env = {k: v for k, v in os.environ.items() if k not in ("GRPO_ALLOCATOR", "LD_PRELOAD")}
-    done = subprocess.run([sys.executable, "-m", "grpo_cli", "train", str(recipe)], capture_output=True, text=True,
-                          env=env, cwd=tmp_path, timeout=300)
+    done = subprocess.run(
+        [sys.executable, "-m", "grpo_cli", "train", str(recipe)],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=tmp_path,
+        timeout=300,
+    )
     assert done.returncode == 0, done.stderr
     (record,) = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     assert record["allocator"] == "mimalloc"
@@ -30,8 +36,17 @@ def test_training_runs_with_mimalloc_preloaded(tmp_path, tiny_llama):
 
 def test_plan_on_a_cpu_gives_peak_rss_against_ram_and_the_fix():
     recipe = ROOT / "recipes/gsm8k/qwen2.5_coder_0.5b_cpu.yaml"
-    args = ["plan", str(recipe), "grpo.max_completion_length=256", "model.gradient_checkpointing=false",
-            "--device", "cpu", "--ram", "12GB", "--json"]
+    args = [
+        "plan",
+        str(recipe),
+        "grpo.max_completion_length=256",
+        "model.gradient_checkpointing=false",
+        "--device",
+        "cpu",
+        "--ram",
+        "12GB",
+        "--json",
+    ]
     plan = json.loads(runner.invoke(app, args).stdout)
     assert plan["device"] == "cpu" and plan["peak_rss_gib"] > plan["peak_tensors_gib"]
     assert plan["fits"] is False and plan["gpu_gib"] == 12
@@ -49,7 +64,9 @@ def test_train_warns_before_loading_when_the_plan_exceeds_free_ram(tmp_path, tin
     monkeypatch.setattr(gpus, "available_ram", lambda: 100e6)  # 100 MB free
     result = runner.invoke(app, ["train", str(write_recipe(tmp_path, tiny_llama, training={"max_steps": 1}))])
     assert result.exit_code == 0, result.output
-    assert "warning: the plan expects a peak RSS of" in result.output and "the kernel may stop this run" in result.output
+    assert (
+        "warning: the plan expects a peak RSS of" in result.output and "the kernel may stop this run" in result.output
+    )
 
 
 def test_a_step_says_which_phase_it_is_in(tmp_path, tiny_llama, monkeypatch):
@@ -75,12 +92,19 @@ def test_in_a_log_each_phase_change_is_a_line_and_repeats_wait_30_seconds():
 
     out = io.StringIO()
     display = TrainingDisplay(Console(file=out, force_terminal=False, width=200), total_steps=3)
-    for text in ("generating 16 completions: token 1/320", "generating 16 completions: token 9/320",
-                 "generated in 90 s; training micro-batch 1/2", "training micro-batch 2/2", "training micro-batch 2/2"):
+    for text in (
+        "generating 16 completions: token 1/320",
+        "generating 16 completions: token 9/320",
+        "generated in 90 s; training micro-batch 1/2",
+        "training micro-batch 2/2",
+        "training micro-batch 2/2",
+    ):
         display.phase(text)
-    assert out.getvalue().splitlines() == ["  step 1/3: generating 16 completions: token 1/320",
-                                           "  step 1/3: generated in 90 s; training micro-batch 1/2",
-                                           "  step 1/3: training micro-batch 2/2"]
+    assert out.getvalue().splitlines() == [
+        "  step 1/3: generating 16 completions: token 1/320",
+        "  step 1/3: generated in 90 s; training micro-batch 1/2",
+        "  step 1/3: training micro-batch 2/2",
+    ]
 
 
 LEAN_PROBE = """
@@ -100,8 +124,9 @@ def test_a_run_that_does_not_quantize_leaves_bitsandbytes_unimported():
     demo = str(ROOT / "recipes" / "demo.yaml")
 
     def probe(*overrides):
-        done = subprocess.run([sys.executable, "-c", LEAN_PROBE, demo, *overrides], capture_output=True, text=True,
-                              cwd=ROOT, timeout=300)
+        done = subprocess.run(
+            [sys.executable, "-c", LEAN_PROBE, demo, *overrides], capture_output=True, text=True, cwd=ROOT, timeout=300
+        )
         assert done.returncode == 0, done.stderr
         return done.stdout.split()
 

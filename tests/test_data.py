@@ -4,10 +4,10 @@ import json
 
 import pytest
 
-from rewards.answers import extract_answer, gsm8k_gold, last_number, normalize_number, numbers_equal
 from grpo_cli.data import build_prompt, generate_problems, prepare
 from grpo_cli.errors import UserError
 from grpo_cli.recipe.schema import DataSection
+from rewards.answers import extract_answer, gsm8k_gold, last_number, normalize_number, numbers_equal
 
 
 def test_generated_problems_are_gsm8k_format_and_seeded():
@@ -52,7 +52,10 @@ def test_extract_answer_prefers_answer_tag():
 
 
 def test_build_prompt_chat_and_plain():
-    assert build_prompt("q?", "sys", chat=True) == [{"role": "system", "content": "sys"}, {"role": "user", "content": "q?"}]
+    assert build_prompt("q?", "sys", chat=True) == [
+        {"role": "system", "content": "sys"},
+        {"role": "user", "content": "q?"},
+    ]
     assert build_prompt("q?", None, chat=True) == [{"role": "user", "content": "q?"}]
     assert build_prompt("q?", "sys", chat=False) == "sys\n\nq?\n"
 
@@ -60,8 +63,10 @@ def test_build_prompt_chat_and_plain():
 def test_prepare_local_jsonl_with_length_filter(tmp_path, tiny_llama):
     from transformers import AutoTokenizer
 
-    rows = [{"question": "Ava has 3 apples. How many?", "answer": "#### 3"},
-            {"question": "word " * 200, "answer": "#### 1,000"}]
+    rows = [
+        {"question": "Ava has 3 apples. How many?", "answer": "#### 3"},
+        {"question": "word " * 200, "answer": "#### 1,000"},
+    ]
     path = tmp_path / "train.jsonl"
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
     tokenizer = AutoTokenizer.from_pretrained(tiny_llama)

@@ -15,11 +15,11 @@ from accelerate.commands.config.config_args import load_config_from_file
 from safetensors.torch import load_file
 
 from conftest import ASSETS, write_recipe
-from grpo_cli.plan import architectures
-from grpo_cli.train.distributed import launch_command, write_accelerate_config
 from grpo_cli.errors import UserError
+from grpo_cli.plan import architectures
 from grpo_cli.plan.memory import memory_plan
 from grpo_cli.recipe.validation import load_recipe
+from grpo_cli.train.distributed import launch_command, write_accelerate_config
 
 
 def recipe_with(tmp_path, tiny_llama, **distributed):
@@ -31,7 +31,11 @@ def recipe_with(tmp_path, tiny_llama, **distributed):
     [
         ("ddp", "MULTI_GPU", lambda c: c.deepspeed_config == {} and c.fsdp_config == {}),
         ("zero2", "DEEPSPEED", lambda c: c.deepspeed_config["zero_stage"] == 2),
-        ("zero3", "DEEPSPEED", lambda c: c.deepspeed_config["zero_stage"] == 3 and c.deepspeed_config["zero3_init_flag"]),
+        (
+            "zero3",
+            "DEEPSPEED",
+            lambda c: c.deepspeed_config["zero_stage"] == 3 and c.deepspeed_config["zero3_init_flag"],
+        ),
         ("fsdp", "FSDP", lambda c: c.fsdp_config["fsdp_version"] == 2),
     ],
 )
@@ -41,16 +45,30 @@ def test_generated_configs_load_in_accelerate(tmp_path, tiny_llama, strategy, ki
     config = load_config_from_file(str(path))  # accelerate's own loader rejects unknown keys and bad values
     assert config.distributed_type.value == kind
     assert config.num_processes == 4 and config.num_machines == 1
-    assert str(getattr(config.mixed_precision, "value", config.mixed_precision)) == "no"  # the tiny recipe trains in float32
+    assert (
+        str(getattr(config.mixed_precision, "value", config.mixed_precision)) == "no"
+    )  # the tiny recipe trains in float32
     assert check(config)
 
 
 def test_multi_node_settings_reach_accelerate(tmp_path, tiny_llama):
-    recipe = recipe_with(tmp_path, tiny_llama, num_processes=16, num_machines=2, machine_rank=1,
-                         main_process_ip="10.0.0.1", main_process_port=29500, strategy="zero3")
+    recipe = recipe_with(
+        tmp_path,
+        tiny_llama,
+        num_processes=16,
+        num_machines=2,
+        machine_rank=1,
+        main_process_ip="10.0.0.1",
+        main_process_port=29500,
+        strategy="zero3",
+    )
     config = load_config_from_file(str(write_accelerate_config(recipe, tmp_path, on_cpu=False)))
-    assert (config.num_machines, config.machine_rank, config.main_process_ip, config.main_process_port) == \
-        (2, 1, "10.0.0.1", 29500)
+    assert (config.num_machines, config.machine_rank, config.main_process_ip, config.main_process_port) == (
+        2,
+        1,
+        "10.0.0.1",
+        29500,
+    )
     command = launch_command(tmp_path / "c.yaml", ["recipe.yaml", "training.max_steps=5"])
     assert command[1:6] == ["-m", "accelerate.commands.launch", "--config_file", str(tmp_path / "c.yaml"), "-m"]
     assert command[-3:] == ["train", "recipe.yaml", "training.max_steps=5"]
@@ -80,8 +98,9 @@ def test_batch_rule_counts_processes(tmp_path, tiny_llama):
 
 def test_plan_divides_what_each_strategy_shards():
     def plan(strategy: str, n: int = 8):
-        recipe = load_recipe("recipes/qwen2.5/7b_full_8gpu.yaml", [f"distributed.strategy={strategy}",
-                                                                    f"distributed.num_processes={n}"])
+        recipe = load_recipe(
+            "recipes/qwen2.5/7b_full_8gpu.yaml", [f"distributed.strategy={strategy}", f"distributed.num_processes={n}"]
+        )
         return memory_plan(recipe, architectures.resolve(recipe))
 
     ddp, zero2, zero3, single = plan("ddp"), plan("zero2"), plan("zero3"), plan("ddp", 1)
@@ -100,11 +119,21 @@ def test_two_cpu_processes_ddp_over_gloo(tmp_path, tiny_llama, zero_variance):
     fine-tuning, with TRL's handling of flat groups and with skipping them (ranks may keep different row counts)."""
     # A reward that varies within each group, so advantages (and so gradients) are not all zero.
     rewards = [{"name": f"{ASSETS / 'varied_rewards.py'}:digit_share"}, {"name": "correctness"}]
-    recipe = write_recipe(tmp_path, tiny_llama, rewards=rewards, grpo={"zero_variance_groups": zero_variance},
-                          training={"max_steps": 2, "per_device_train_batch_size": 2})
+    recipe = write_recipe(
+        tmp_path,
+        tiny_llama,
+        rewards=rewards,
+        grpo={"zero_variance_groups": zero_variance},
+        training={"max_steps": 2, "per_device_train_batch_size": 2},
+    )
     env = {**os.environ, "CUDA_VISIBLE_DEVICES": "", "OMP_NUM_THREADS": "1"}
-    done = subprocess.run([sys.executable, "-m", "grpo_cli", "train", str(recipe), "--num-processes", "2"],
-                          env=env, capture_output=True, text=True, timeout=600)
+    done = subprocess.run(
+        [sys.executable, "-m", "grpo_cli", "train", str(recipe), "--num-processes", "2"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert done.returncode == 0, done.stderr[-3000:]  # the launcher exits 0 only when every rank did
     run_dir = tmp_path / "run"
     metrics = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
@@ -127,7 +156,11 @@ def test_zero_without_deepspeed_is_one_clear_line(tmp_path, tiny_llama):
     if importlib.util.find_spec("deepspeed") is not None:
         pytest.skip("DeepSpeed is installed here")
     recipe = write_recipe(tmp_path, tiny_llama)
-    done = subprocess.run([sys.executable, "-m", "grpo_cli", "train", str(recipe), "--num-processes", "2",
-                           "--strategy", "zero3"], capture_output=True, text=True, timeout=300)
+    done = subprocess.run(
+        [sys.executable, "-m", "grpo_cli", "train", str(recipe), "--num-processes", "2", "--strategy", "zero3"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert done.returncode == 2 and "distributed.strategy" in done.stderr and "pip install deepspeed" in done.stderr
     assert "Traceback" not in done.stderr and not (tmp_path / "run").exists()

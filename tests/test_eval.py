@@ -10,12 +10,12 @@ import pytest
 from typer.testing import CliRunner
 
 from conftest import write_recipe
-from rewards.answers import LM_EVAL_FLEXIBLE, LM_EVAL_STRICT, lm_eval_exact_match, regex_filter
 from grpo_cli.cli import app
+from grpo_cli.eval.generation import cut_at_stops, length_sorted_batches
 from grpo_cli.eval.problems import Problem, lm_eval_prompts
 from grpo_cli.eval.scoring import score, summarize
-from grpo_cli.eval.generation import cut_at_stops, length_sorted_batches
 from grpo_cli.eval.stats import paired_difference, wilson_interval
+from rewards.answers import LM_EVAL_FLEXIBLE, LM_EVAL_STRICT, lm_eval_exact_match, regex_filter
 
 runner = CliRunner()
 GOLD_TEXT = "She pays 2 * 617 = <<2*617=1234>>1234 dollars.\n#### 1234"
@@ -90,8 +90,11 @@ def test_chat_protocol_with_hashes_marker(completion, strict, flexible):
 
 def test_summary_reports_format_length_and_the_share_cut_at_the_budget():
     def record(tokens, formatted):
-        return {"correct": {"strict-match": formatted, "flexible-extract": True}, "formatted": formatted,
-                "new_tokens": tokens}
+        return {
+            "correct": {"strict-match": formatted, "flexible-extract": True},
+            "formatted": formatted,
+            "new_tokens": tokens,
+        }
 
     records = [record(512, False), record(100, True), record(511, True), record(300, False)]
     summary = summarize(records, wall_s=2.0, new_problems=4, new_tokens=1423, budget=512)
@@ -149,8 +152,21 @@ def predictions(directory: Path) -> list[dict]:
 
 def test_eval_resumes_after_interruption_without_losing_or_repeating(tmp_path, tiny_llama):
     out = tmp_path / "out"
-    common = ["--model", str(tiny_llama), "--data", "generated", "--limit", "6", "--batch-size", "4",
-              "--max-new-tokens", "6", "--output", str(out), "model.dtype=float32"]
+    common = [
+        "--model",
+        str(tiny_llama),
+        "--data",
+        "generated",
+        "--limit",
+        "6",
+        "--batch-size",
+        "4",
+        "--max-new-tokens",
+        "6",
+        "--output",
+        str(out),
+        "model.dtype=float32",
+    ]
     first = eval_cli(*common)
     assert first.exit_code == 0, first.output
     complete = predictions(out)
@@ -192,13 +208,32 @@ def test_eval_lm_eval_protocol_on_local_files(tmp_path, tiny_llama):
     data = tmp_path / "gsm"
     data.mkdir()
     write_jsonl(generate_problems(5, seed=3), data / "test.jsonl")
-    missing = eval_cli("--model", str(tiny_llama), "--protocol", "lm-eval", "--data", str(data / "test.jsonl"),
-                       "--output", str(tmp_path / "out"))
+    missing = eval_cli(
+        "--model",
+        str(tiny_llama),
+        "--protocol",
+        "lm-eval",
+        "--data",
+        str(data / "test.jsonl"),
+        "--output",
+        str(tmp_path / "out"),
+    )
     assert missing.exit_code == 2 and "eval.fewshot_source" in missing.output
     assert not (tmp_path / "out").exists()  # a mistake leaves nothing behind
     write_jsonl(generate_problems(20, seed=4), data / "train.jsonl")
-    result = eval_cli("--model", str(tiny_llama), "--protocol", "lm-eval", "--data", str(data / "test.jsonl"),
-                      "--max-new-tokens", "5", "--output", str(tmp_path / "out"), "model.dtype=float32")
+    result = eval_cli(
+        "--model",
+        str(tiny_llama),
+        "--protocol",
+        "lm-eval",
+        "--data",
+        str(data / "test.jsonl"),
+        "--max-new-tokens",
+        "5",
+        "--output",
+        str(tmp_path / "out"),
+        "model.dtype=float32",
+    )
     assert result.exit_code == 0, result.output
     records = predictions(tmp_path / "out")
     assert len(records) == 5
@@ -226,16 +261,20 @@ def test_eval_user_mistakes(tmp_path, tiny_llama):
     assert bad_protocol.exit_code == 2 and "eval.protocol" in bad_protocol.output
     # Offline, the hub default cannot load: the message names the key the user set (--data), not training's.
     offline = eval_cli("--model", str(tiny_llama), "--output", str(tmp_path / "offline"))
-    assert offline.exit_code == 2 and "eval.source (--data)" in offline.output and "data.source" not in \
-        offline.output.replace("eval.source", "")
+    assert (
+        offline.exit_code == 2
+        and "eval.source (--data)" in offline.output
+        and "data.source" not in offline.output.replace("eval.source", "")
+    )
     assert not (tmp_path / "offline").exists()
     for result in (nothing, not_run, bad_limit, bad_protocol, offline):
         assert "Traceback" not in result.output
 
 
 def test_compare_base_and_trained_lora_run(tmp_path, tiny_llama):
-    recipe = write_recipe(tmp_path, tiny_llama, lora={"r": 4, "dropout": 0.0},
-                          training={"max_steps": 1, "save_steps": 1})
+    recipe = write_recipe(
+        tmp_path, tiny_llama, lora={"r": 4, "dropout": 0.0}, training={"max_steps": 1, "save_steps": 1}
+    )
     trained = runner.invoke(app, ["train", str(recipe)])
     assert trained.exit_code == 0, trained.output
     run_dir = tmp_path / "run"
@@ -246,8 +285,9 @@ def test_compare_base_and_trained_lora_run(tmp_path, tiny_llama):
     comparison = json.loads((root / "comparison.json").read_text())
     assert comparison["problems"] == 4
     base, after = predictions(root / "base"), predictions(root / "trained")
-    assert [r["question"] for r in sorted(base, key=lambda r: r["index"])] == \
-        [r["question"] for r in sorted(after, key=lambda r: r["index"])]  # the same problems for both
+    assert [r["question"] for r in sorted(base, key=lambda r: r["index"])] == [
+        r["question"] for r in sorted(after, key=lambda r: r["index"])
+    ]  # the same problems for both
     settings = json.loads((root / "trained" / "settings.json").read_text())
     assert settings["adapter"] == str(run_dir / "final")
     for label, records in (("base", base), ("trained", after)):
@@ -255,36 +295,77 @@ def test_compare_base_and_trained_lora_run(tmp_path, tiny_llama):
         assert behaviour["cut_rate"] == sum(r["new_tokens"] >= 6 for r in records) / 4
         assert behaviour["mean_new_tokens"] == sum(r["new_tokens"] for r in records) / 4
     for name, f in comparison["filters"].items():
-        changed = sum(bool(a["correct"][name]) != bool(b["correct"][name]) for a, b in
-                      zip(sorted(base, key=lambda r: r["index"]), sorted(after, key=lambda r: r["index"])))
+        changed = sum(
+            bool(a["correct"][name]) != bool(b["correct"][name])
+            for a, b in zip(sorted(base, key=lambda r: r["index"]), sorted(after, key=lambda r: r["index"]))
+        )
         assert f["fixed"] + f["broken"] == changed
 
     card = (run_dir / "README.md").read_text()  # the model card now carries the evaluation
-    assert "## Evaluation (GSM8K" in card and "| chat, test | base | 4 |" in card and "| chat, test | trained | 4 |" in card
+    assert (
+        "## Evaluation (GSM8K" in card
+        and "| chat, test | base | 4 |" in card
+        and "| chat, test | trained | 4 |" in card
+    )
 
     # A second compare reuses the base evaluation (--base): nothing is regenerated for it, and its file is unchanged.
     before = (root / "base" / "predictions.jsonl").read_bytes()
-    again = eval_cli("--compare", str(run_dir), "--base", str(root / "base"), "--output", str(tmp_path / "second"),
-                     "--data", "generated", "--limit", "4", "--max-new-tokens", "6")
+    again = eval_cli(
+        "--compare",
+        str(run_dir),
+        "--base",
+        str(root / "base"),
+        "--output",
+        str(tmp_path / "second"),
+        "--data",
+        "generated",
+        "--limit",
+        "4",
+        "--max-new-tokens",
+        "6",
+    )
     assert again.exit_code == 0, again.output
     assert (root / "base" / "predictions.jsonl").read_bytes() == before
     assert json.loads((tmp_path / "second" / "comparison.json").read_text())["base"] == str(root / "base")
     assert not (tmp_path / "second" / "base").exists()
     # ... but not one made with other settings.
-    other = eval_cli("--compare", str(run_dir), "--base", str(root / "base"), "--output", str(tmp_path / "third"),
-                     "--data", "generated", "--limit", "4", "--max-new-tokens", "7")
+    other = eval_cli(
+        "--compare",
+        str(run_dir),
+        "--base",
+        str(root / "base"),
+        "--output",
+        str(tmp_path / "third"),
+        "--data",
+        "generated",
+        "--limit",
+        "4",
+        "--max-new-tokens",
+        "7",
+    )
     assert other.exit_code == 2 and "max_new_tokens" in other.output
     alone = eval_cli("--run", str(run_dir), "--base", str(root / "base"))
     assert alone.exit_code == 2 and "--compare" in alone.output
 
     # A checkpoint of the run compares the same way; the run's card (the final model's) is left as it is.
     card_before = (run_dir / "README.md").read_bytes()
-    checkpoint = eval_cli("--compare", str(run_dir / "checkpoint-1"), "--base", str(root / "base"),
-                          "--data", "generated", "--limit", "4", "--max-new-tokens", "6")
+    checkpoint = eval_cli(
+        "--compare",
+        str(run_dir / "checkpoint-1"),
+        "--base",
+        str(root / "base"),
+        "--data",
+        "generated",
+        "--limit",
+        "4",
+        "--max-new-tokens",
+        "6",
+    )
     assert checkpoint.exit_code == 0, checkpoint.output
     at_checkpoint = run_dir / "eval" / "chat-test-checkpoint-1"
-    assert json.loads((at_checkpoint / "trained" / "settings.json").read_text())["adapter"] == \
-        str(run_dir / "checkpoint-1")
+    assert json.loads((at_checkpoint / "trained" / "settings.json").read_text())["adapter"] == str(
+        run_dir / "checkpoint-1"
+    )
     assert json.loads((at_checkpoint / "comparison.json").read_text())["problems"] == 4
     assert (run_dir / "README.md").read_bytes() == card_before
 
@@ -299,7 +380,8 @@ def test_compare_base_and_trained_lora_run(tmp_path, tiny_llama):
     resolved["rewards"].append({"name": str(tmp_path / "gone" / "my_rewards.py") + ":score"})
     (run_dir / "recipe.yaml").write_text(yaml.safe_dump(resolved))
     test_file = write_jsonl(generate_problems(3, seed=5), tmp_path / "test.jsonl")
-    copied = eval_cli("--run", str(run_dir), "--data", str(test_file), "--max-new-tokens", "4",
-                      "--output", str(tmp_path / "copied"))
+    copied = eval_cli(
+        "--run", str(run_dir), "--data", str(test_file), "--max-new-tokens", "4", "--output", str(tmp_path / "copied")
+    )
     assert copied.exit_code == 0, copied.output
     assert len(predictions(tmp_path / "copied")) == 3

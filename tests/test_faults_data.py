@@ -39,8 +39,9 @@ def test_all_rows_unusable_is_one_line_in_train_preflight_and_eval(tmp_path, tin
     run = tmp_path / "run"  # at most the resolved recipe: no checkpoint, no model
     assert not run.exists() or {p.name for p in run.iterdir()} <= {"recipe.yaml"}, list(run.iterdir())
     assert recipe.read_bytes() == before
-    result = runner.invoke(app, ["eval", "--model", str(tiny_llama), "--data", str(data), "--output",
-                                 str(tmp_path / "out")])
+    result = runner.invoke(
+        app, ["eval", "--model", str(tiny_llama), "--data", str(data), "--output", str(tmp_path / "out")]
+    )
     one_clean_line(result, "none of the 6 problems can be scored", "eval.source")
     assert not (tmp_path / "out" / "predictions.jsonl").exists()
 

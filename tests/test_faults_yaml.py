@@ -18,8 +18,10 @@ from grpo_cli.cli import app
 from grpo_cli.recipe.yaml_source import read_yaml
 
 runner = CliRunner()
-ISSUE_DOCUMENT = "defs:\n  a: &a {name: correctness, weight: 1.0}\n  b: &b {name: integer, weight: 2.0}\n" \
-                 "rewards:\n  - <<: [*b, *a]\n"
+ISSUE_DOCUMENT = (
+    "defs:\n  a: &a {name: correctness, weight: 1.0}\n  b: &b {name: integer, weight: 2.0}\n"
+    "rewards:\n  - <<: [*b, *a]\n"
+)
 
 
 class _MergeBySpecLoader(yaml.SafeLoader):
@@ -52,8 +54,12 @@ def reference_load(text: str):
 SAFE_LOAD_BREAKS_MERGES = yaml.safe_load(ISSUE_DOCUMENT)["rewards"][0]["name"] != "integer"
 
 KEYS = ["name", "weight", "k", "lr", "kwargs", "x"]
-scalars = st.one_of(st.integers(-5, 5), st.sampled_from(["a", "bb", "correctness", "yes", "1.5", "null", "~"]),
-                    st.booleans(), st.floats(allow_nan=False, allow_infinity=False, width=16))
+scalars = st.one_of(
+    st.integers(-5, 5),
+    st.sampled_from(["a", "bb", "correctness", "yes", "1.5", "null", "~"]),
+    st.booleans(),
+    st.floats(allow_nan=False, allow_infinity=False, width=16),
+)
 
 
 def _scalar(value) -> str:
@@ -104,8 +110,11 @@ def test_earlier_mapping_of_a_merge_list_wins_and_written_keys_win_over_merged(t
     path = tmp_path / "r.yaml"
     path.write_text(ISSUE_DOCUMENT + "  - <<: [*b, *a]\n    weight: 3.0\n  - <<: *a\n", encoding="utf-8")
     data, lines = read_yaml(path)
-    assert data["rewards"] == [{"name": "integer", "weight": 2.0}, {"name": "integer", "weight": 3.0},
-                               {"name": "correctness", "weight": 1.0}]
+    assert data["rewards"] == [
+        {"name": "integer", "weight": 2.0},
+        {"name": "integer", "weight": 3.0},
+        {"name": "correctness", "weight": 1.0},
+    ]
     assert lines[("rewards", 0, "name")] == 3 and lines[("rewards", 1, "weight")] == 7  # b's line; the override's
 
 
@@ -122,8 +131,9 @@ def fails_on_line(tmp_path, text: str, line: int, *words: str) -> str:
 
 
 def test_a_python_tag_on_a_key_is_refused_as_a_tag(tmp_path):
-    fails_on_line(tmp_path, "model:\n  name: x\n? !!python/tuple [a, b]\n: 1\n", 3, "`!!python/tuple` is refused",
-                  "without tags")
+    fails_on_line(
+        tmp_path, "model:\n  name: x\n? !!python/tuple [a, b]\n: 1\n", 3, "`!!python/tuple` is refused", "without tags"
+    )
     fails_on_line(tmp_path, "model:\n  ? !!python/name:os.system\n  : 1\n", 2, "`!!python/name:os.system` is refused")
 
 

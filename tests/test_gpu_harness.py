@@ -15,8 +15,22 @@ sys.path.insert(0, str(ROOT / "benchmarks" / "gpu"))
 
 def test_harness_on_cpu(tmp_path):
     out = tmp_path / "out"
-    done = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "gpu" / "harness.py"), "--cpu", "--out", str(out),
-                           "--steps", "2", "--train-steps", "2"], capture_output=True, text=True, timeout=600)
+    done = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "benchmarks" / "gpu" / "harness.py"),
+            "--cpu",
+            "--out",
+            str(out),
+            "--steps",
+            "2",
+            "--train-steps",
+            "2",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     summary = json.loads((out / "summary.json").read_text())
     parts = summary["parts"]

@@ -27,8 +27,10 @@ HOSTILE = {
     "alias_bomb": (alias_bomb().encode(), "expands to over"),
     "recursive_alias": (b"model: &m\n  name: x\n  again: *m\n", "recursive alias"),
     "deep_flow": (b"model: " + b"[" * 20000 + b"]" * 20000 + b"\n", "nested too deeply"),
-    "deep_block": ("".join("  " * i + f"k{i}:\n" for i in range(200)).encode() + b"  " * 200 + b"v: 1\n",
-                   "nested too deeply"),
+    "deep_block": (
+        "".join("  " * i + f"k{i}:\n" for i in range(200)).encode() + b"  " * 200 + b"v: 1\n",
+        "nested too deeply",
+    ),
     "huge": (b"model:\n  name: x\n" + (b"# " + b"x" * 98 + b"\n") * 520_000, "is not a recipe"),
     "binary": (b"model:\n  name: x\x00\x01\x02\n", "binary content"),
     "not_utf8": (b"model:\n  name: x\n# caf\xe9\n", "byte 0xe9 is not UTF-8"),
@@ -71,12 +73,18 @@ def test_anchors_and_merge_keys_still_work(tmp_path, tiny_llama):
     assert result.output.count("name: correctness") == 2
 
 
-@pytest.mark.parametrize("text, expected", [
-    ("model:\n  name: !!python/object/apply:os.system ['echo pwned']\nrewards: [correctness]\n", ":2: cannot build"),
-    ("model:\n  name: !custom x\nrewards: [correctness]\n", ":2: cannot build"),
-    ("model: {name: x}\n? [a, b]\n: 1\n", ":2: a list is used as a key"),
-    ("model: {name: x}\n? {a: 1}\n: 1\n", ":2: a mapping is used as a key"),
-])
+@pytest.mark.parametrize(
+    "text, expected",
+    [
+        (
+            "model:\n  name: !!python/object/apply:os.system ['echo pwned']\nrewards: [correctness]\n",
+            ":2: cannot build",
+        ),
+        ("model:\n  name: !custom x\nrewards: [correctness]\n", ":2: cannot build"),
+        ("model: {name: x}\n? [a, b]\n: 1\n", ":2: a list is used as a key"),
+        ("model: {name: x}\n? {a: 1}\n: 1\n", ":2: a mapping is used as a key"),
+    ],
+)
 def test_yaml_the_loader_cannot_build_is_one_line(tmp_path, text, expected):
     path = tmp_path / "tagged.yaml"
     path.write_text(text)
@@ -90,9 +98,11 @@ def test_yaml_the_loader_cannot_build_is_one_line(tmp_path, text, expected):
 
 def test_merge_keys_with_overrides_beside_them(tmp_path, tiny_llama):
     path = tmp_path / "merge.yaml"
-    path.write_text(f"model: {{name: {tiny_llama}, dtype: float32}}\ndata: {{source: generated}}\n"
-                    "rewards: [correctness]\ngrpo: &g {num_generations: 4, temperature: 0.7}\n"
-                    "training:\n  <<: {learning_rate: 1.0e-5, max_steps: 3}\n  max_steps: 5\n  per_device_train_batch_size: 4\n")
+    path.write_text(
+        f"model: {{name: {tiny_llama}, dtype: float32}}\ndata: {{source: generated}}\n"
+        "rewards: [correctness]\ngrpo: &g {num_generations: 4, temperature: 0.7}\n"
+        "training:\n  <<: {learning_rate: 1.0e-5, max_steps: 3}\n  max_steps: 5\n  per_device_train_batch_size: 4\n"
+    )
     result = runner.invoke(app, ["validate", str(path), "training.seed=3"])
     assert result.exit_code == 0, result.output
     assert "max_steps: 5" in result.output and "learning_rate: 1.0e-05" in result.output

@@ -37,12 +37,18 @@ def test_few_flat_modules_and_one_package_per_job():
 
 
 def test_no_module_over_300_lines_and_no_function_over_80():
-    long = {str(p.relative_to(PACKAGE)): n for p in PACKAGE.rglob("*.py")
-            if (n := len(p.read_text(encoding="utf-8").splitlines())) > 300}
+    long = {
+        str(p.relative_to(PACKAGE)): n
+        for p in PACKAGE.rglob("*.py")
+        if (n := len(p.read_text(encoding="utf-8").splitlines())) > 300
+    }
     assert not long, long
-    functions = {f"{p.relative_to(PACKAGE)}:{node.name}": node.end_lineno - node.lineno + 1
-                 for p in PACKAGE.rglob("*.py") for node in ast.walk(ast.parse(p.read_text(encoding="utf-8")))
-                 if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))}
+    functions = {
+        f"{p.relative_to(PACKAGE)}:{node.name}": node.end_lineno - node.lineno + 1
+        for p in PACKAGE.rglob("*.py")
+        for node in ast.walk(ast.parse(p.read_text(encoding="utf-8")))
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
+    }
     assert not {name: n for name, n in functions.items() if n > 80}
 
 
@@ -65,8 +71,11 @@ def test_rewards_depend_on_nothing_in_grpo_cli():
 def test_recipe_is_the_bottom_layer():
     """The recipe package reads YAML and checks it; it never reaches up into the commands' packages."""
     for path in (PACKAGE / "recipe").glob("*.py"):
-        climbs = {m for m in imports_of(path) if m.startswith(("grpo_cli.train", "grpo_cli.plan", "grpo_cli.eval",
-                                                               "grpo_cli.preflight", "grpo_cli.data"))}
+        climbs = {
+            m
+            for m in imports_of(path)
+            if m.startswith(("grpo_cli.train", "grpo_cli.plan", "grpo_cli.eval", "grpo_cli.preflight", "grpo_cli.data"))
+        }
         assert not climbs, (path.name, climbs)
 
 
@@ -80,7 +89,7 @@ def test_no_import_cycle():
         state[node] = 1
         for nxt in sorted(graph[node]):
             if state.get(nxt) == 1:
-                raise AssertionError("import cycle: " + " -> ".join(stack[stack.index(nxt):] + [node, nxt]))
+                raise AssertionError("import cycle: " + " -> ".join(stack[stack.index(nxt) :] + [node, nxt]))
             if nxt not in state:
                 visit(nxt, stack + [node])
         state[node] = 2
@@ -97,8 +106,11 @@ def _crosses(module: str, packages: tuple[str, ...]) -> bool:
 def test_train_and_eval_meet_only_in_runs():
     """Training writes the run directory and evaluation reads it, through runs/ and never through each other: eval/
     imports nothing from train/, train/ nothing from eval/, and runs/ neither (nor preflight/, which sits above)."""
-    rules = {"eval": ("grpo_cli.train",), "train": ("grpo_cli.eval",),
-             "runs": ("grpo_cli.train", "grpo_cli.eval", "grpo_cli.preflight")}
+    rules = {
+        "eval": ("grpo_cli.train",),
+        "train": ("grpo_cli.eval",),
+        "runs": ("grpo_cli.train", "grpo_cli.eval", "grpo_cli.preflight"),
+    }
     for package, banned in rules.items():
         for path in (PACKAGE / package).glob("*.py"):
             crossing = {m for m in imports_of(path) if _crosses(m, banned)}
@@ -117,6 +129,9 @@ def test_run_and_evaluation_file_names_are_defined_once():
             continue
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
             if isinstance(node, ast.Constant) and isinstance(node.value, str):
-                spelled |= {(str(path.relative_to(PACKAGE)), name) for name in names
-                            if node.value == name or node.value.endswith("/" + name)}
+                spelled |= {
+                    (str(path.relative_to(PACKAGE)), name)
+                    for name in names
+                    if node.value == name or node.value.endswith("/" + name)
+                }
     assert not spelled, sorted(spelled)

@@ -8,8 +8,8 @@ import pytest
 from typer.testing import CliRunner
 
 from conftest import ROOT, write_recipe
-from grpo_cli.plan import architectures
 from grpo_cli.cli import app
+from grpo_cli.plan import architectures
 from grpo_cli.plan.memory import GIB, memory_plan
 from grpo_cli.recipe.validation import load_recipe
 
@@ -23,16 +23,26 @@ def plan_for(recipe_path, *overrides, gpu=None):
 
 def test_worked_example_llama_8b_20k_tokens():
     """design.md section 5: unchunked logits 78.3 GB, KV cache 2.5 GB per sequence at 20K context."""
-    plan = plan_for(ROOT / "recipes/llama3.1/8b_qlora.yaml", "grpo.num_generations=8", "training.per_device_train_batch_size=8",
-                    "training.gradient_accumulation_steps=1", "data.max_prompt_length=480", "grpo.max_completion_length=20000")
+    plan = plan_for(
+        ROOT / "recipes/llama3.1/8b_qlora.yaml",
+        "grpo.num_generations=8",
+        "training.per_device_train_batch_size=8",
+        "training.gradient_accumulation_steps=1",
+        "data.max_prompt_length=480",
+        "grpo.max_completion_length=20000",
+    )
     assert plan.term("logits if unchunked").bytes / GIB == pytest.approx(78.3, abs=0.05)
     assert plan.term("generation KV cache").bytes / 8 / GIB == pytest.approx(2.5, abs=0.01)
 
 
 def test_builtin_architectures_match_their_parameter_counts():
     # Published sizes: Qwen2.5-0.5B 494M, Qwen2.5-7B 7.62B, Llama-3.1-8B 8.03B, SmolLM2-135M 134.5M.
-    expected = {"Qwen/Qwen2.5-0.5B-Instruct": 494e6, "Qwen/Qwen2.5-7B-Instruct": 7.62e9,
-                "meta-llama/Llama-3.1-8B-Instruct": 8.03e9, "HuggingFaceTB/SmolLM2-135M-Instruct": 134.5e6}
+    expected = {
+        "Qwen/Qwen2.5-0.5B-Instruct": 494e6,
+        "Qwen/Qwen2.5-7B-Instruct": 7.62e9,
+        "meta-llama/Llama-3.1-8B-Instruct": 8.03e9,
+        "HuggingFaceTB/SmolLM2-135M-Instruct": 134.5e6,
+    }
     for name, params in expected.items():
         assert architectures.lookup_builtin(name).params == pytest.approx(params, rel=0.01), name
 
@@ -40,7 +50,9 @@ def test_builtin_architectures_match_their_parameter_counts():
 def test_methods_order_memory():
     full = plan_for(ROOT / "recipes/qwen2.5/1.5b_full.yaml", "training.optim=adamw_torch")
     lora = plan_for(ROOT / "recipes/qwen2.5/1.5b_full.yaml", "training.optim=adamw_torch", "lora.r=16")
-    qlora = plan_for(ROOT / "recipes/qwen2.5/1.5b_full.yaml", "training.optim=adamw_torch", "lora.r=16", "quantization.bits=4")
+    qlora = plan_for(
+        ROOT / "recipes/qwen2.5/1.5b_full.yaml", "training.optim=adamw_torch", "lora.r=16", "quantization.bits=4"
+    )
     assert full.peak_tensors > lora.peak_tensors > qlora.peak_tensors
     assert qlora.term("weights").bytes < lora.term("weights").bytes / 2.5
     beta = plan_for(ROOT / "recipes/qwen2.5/1.5b_full.yaml", "grpo.beta=0.04")
@@ -97,17 +109,21 @@ def test_plan_unknown_architecture_offline_names_the_fields(tmp_path, monkeypatc
     result = runner.invoke(app, ["plan", str(path)])
     assert result.exit_code == 2 and "model.architecture" in result.output and "hidden_size" in result.output
     manual = tmp_path / "m.yaml"
-    manual.write_text("model:\n  name: someone/unknown-model\n  architecture: {hidden_size: 512, num_layers: 4, num_heads: 8, "
-                      "num_kv_heads: 2, head_dim: 64, intermediate_size: 1024, vocab_size: 32000}\nrewards: [correctness]\n")
+    manual.write_text(
+        "model:\n  name: someone/unknown-model\n  architecture: {hidden_size: 512, num_layers: 4, num_heads: 8, "
+        "num_kv_heads: 2, head_dim: 64, intermediate_size: 1024, vocab_size: 32000}\nrewards: [correctness]\n"
+    )
     assert runner.invoke(app, ["plan", str(manual)]).exit_code == 0
 
 
 def test_plan_imports_neither_torch_nor_training():
     """`grpo plan` runs before any weight exists: the whole command, not just its modules, stays torch-free."""
-    code = ("import sys; from grpo_cli.cli import app; "
-            f"app(['plan', {str(ROOT / 'recipes/llama3.1/8b_qlora.yaml')!r}, '--json'], standalone_mode=False); "
-            "print(sorted(m for m in sys.modules if m in ('torch', 'trl', 'transformers') "
-            "or m.startswith('grpo_cli.train')))")
+    code = (
+        "import sys; from grpo_cli.cli import app; "
+        f"app(['plan', {str(ROOT / 'recipes/llama3.1/8b_qlora.yaml')!r}, '--json'], standalone_mode=False); "
+        "print(sorted(m for m in sys.modules if m in ('torch', 'trl', 'transformers') "
+        "or m.startswith('grpo_cli.train')))"
+    )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
     *plan_output, imported = done.stdout.strip().splitlines()
@@ -128,8 +144,13 @@ def test_plan_reads_the_architecture_from_a_gguf_header(tmp_path, monkeypatch):
 
     path = tmp_path / "Tiny-Model.Q8_0.gguf"
     writer = gguf.GGUFWriter(str(path), "qwen2")
-    for key, value in (("block_count", 3), ("embedding_length", 64), ("feed_forward_length", 160),
-                       ("attention.head_count", 4), ("attention.head_count_kv", 2)):
+    for key, value in (
+        ("block_count", 3),
+        ("embedding_length", 64),
+        ("feed_forward_length", 160),
+        ("attention.head_count", 4),
+        ("attention.head_count_kv", 2),
+    ):
         writer.add_uint32(f"qwen2.{key}", value)
     writer.add_token_list([f"t{i}" for i in range(100)])
     for name in ("token_embd.weight", "blk.0.attn_q.bias"):

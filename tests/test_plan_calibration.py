@@ -9,8 +9,8 @@ import pytest
 
 from conftest import write_recipe
 from grpo_cli.plan import architectures
-from grpo_cli.preflight.measure import measure_peak
 from grpo_cli.plan.memory import memory_plan
+from grpo_cli.preflight.measure import measure_peak
 from grpo_cli.recipe.validation import load_recipe
 
 
@@ -24,9 +24,15 @@ def small_llama(tmp_path_factory):
 @pytest.mark.parametrize(
     "sections",
     [
-        dict(model={"dtype": "bfloat16", "gradient_checkpointing": False}, grpo={"num_generations": 4, "max_completion_length": 48}),
-        dict(model={"dtype": "bfloat16", "gradient_checkpointing": True}, lora={"r": 8, "dropout": 0.0},
-             grpo={"num_generations": 4, "max_completion_length": 48, "beta": 0.04}),
+        dict(
+            model={"dtype": "bfloat16", "gradient_checkpointing": False},
+            grpo={"num_generations": 4, "max_completion_length": 48},
+        ),
+        dict(
+            model={"dtype": "bfloat16", "gradient_checkpointing": True},
+            lora={"r": 8, "dropout": 0.0},
+            grpo={"num_generations": 4, "max_completion_length": 48, "beta": 0.04},
+        ),
     ],
     ids=["full", "lora-gc-beta"],
 )

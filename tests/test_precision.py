@@ -6,12 +6,12 @@ import math
 
 import pytest
 import torch
-from conftest import ASSETS, write_recipe
 from typer.testing import CliRunner
 
+from conftest import ASSETS, write_recipe
 from grpo_cli.cli import app
-from grpo_cli.recipe.precision import cpu_computes_bf16, mixed_precision
 from grpo_cli.recipe.grpo_config import grpo_config_kwargs
+from grpo_cli.recipe.precision import cpu_computes_bf16, mixed_precision
 from grpo_cli.recipe.validation import load_recipe, with_changes
 
 
@@ -23,12 +23,21 @@ def test_cpu_bf16_is_read_from_the_cpu_flags(tmp_path):
     assert not cpu_computes_bf16(tmp_path / "missing")
 
 
-@pytest.mark.parametrize("dtype, chosen, native, expected", [
-    ("float32", "auto", True, "bf16"), ("float32", "auto", False, "no"), ("bfloat16", "auto", False, "bf16"),
-    ("float16", "auto", True, "fp16"), ("float32", "no", True, "no"), ("float32", "bf16", False, "bf16"),
-])
+@pytest.mark.parametrize(
+    "dtype, chosen, native, expected",
+    [
+        ("float32", "auto", True, "bf16"),
+        ("float32", "auto", False, "no"),
+        ("bfloat16", "auto", False, "bf16"),
+        ("float16", "auto", True, "fp16"),
+        ("float32", "no", True, "no"),
+        ("float32", "bf16", False, "bf16"),
+    ],
+)
 def test_auto_follows_the_weights_then_the_hardware(tmp_path, tiny_llama, dtype, chosen, native, expected):
-    recipe = load_recipe(write_recipe(tmp_path, tiny_llama), [f"model.dtype={dtype}", f"model.mixed_precision={chosen}"])
+    recipe = load_recipe(
+        write_recipe(tmp_path, tiny_llama), [f"model.dtype={dtype}", f"model.mixed_precision={chosen}"]
+    )
     assert mixed_precision(recipe, native_bf16=native) == expected
     kwargs = grpo_config_kwargs(recipe, tmp_path, on_cpu=True, mixed=mixed_precision(recipe, native))
     # Always explicit: TRL's own default (bf16=True) would emulate bfloat16 on CPUs without it.
@@ -36,8 +45,9 @@ def test_auto_follows_the_weights_then_the_hardware(tmp_path, tiny_llama, dtype,
 
 
 def test_autocast_that_contradicts_the_weights_is_refused(tmp_path, tiny_llama):
-    path = write_recipe(tmp_path, tiny_llama, model={"name": str(tiny_llama), "dtype": "bfloat16",
-                                                      "mixed_precision": "fp16"})
+    path = write_recipe(
+        tmp_path, tiny_llama, model={"name": str(tiny_llama), "dtype": "bfloat16", "mixed_precision": "fp16"}
+    )
     result = CliRunner().invoke(app, ["validate", str(path)])
     assert result.exit_code == 2 and "model.mixed_precision" in result.output and "bf16" in result.output
     assert "Traceback" not in result.output
@@ -50,8 +60,10 @@ def test_bf16_autocast_over_float32_weights_trains(tmp_path, tiny_llama):
     from grpo_cli.train.trainer import build_trainer
 
     rewards = [{"name": f"{ASSETS / 'varied_rewards.py'}:digit_share"}]  # reward variance in every group
-    recipe = with_changes(load_recipe(write_recipe(tmp_path, tiny_llama, lora={"r": 4, "dropout": 0.0}, rewards=rewards)),
-                          {"model.mixed_precision": "bf16", "grpo.beta": 0.04})
+    recipe = with_changes(
+        load_recipe(write_recipe(tmp_path, tiny_llama, lora={"r": 4, "dropout": 0.0}, rewards=rewards)),
+        {"model.mixed_precision": "bf16", "grpo.beta": 0.04},
+    )
     recipe.output_dir.mkdir(parents=True)
     trainer, _ = build_trainer(recipe, recipe.output_dir)
     assert trainer.args.bf16
@@ -80,11 +92,19 @@ def test_frozen_weights_cast_once_give_the_products_autocast_gives():
 
     from grpo_cli.train.frozen_weights import frozen_linears
 
-    config = AutoConfig.for_model("llama", hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-                                  num_attention_heads=4, num_key_value_heads=2, vocab_size=256)
+    config = AutoConfig.for_model(
+        "llama",
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        vocab_size=256,
+    )
     torch.manual_seed(0)
-    model = get_peft_model(AutoModelForCausalLM.from_config(config),
-                           LoraConfig(r=4, target_modules="all-linear", init_lora_weights=False))
+    model = get_peft_model(
+        AutoModelForCausalLM.from_config(config), LoraConfig(r=4, target_modules="all-linear", init_lora_weights=False)
+    )
     ids = torch.randint(0, 256, (2, 12))
 
     def logits():
@@ -106,19 +126,34 @@ def test_sampling_casts_the_frozen_output_layer_once_to_the_same_tokens():
 
     from grpo_cli.train.frozen_weights import output_layer_cast_once
 
-    config = AutoConfig.for_model("llama", hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-                                  num_attention_heads=4, num_key_value_heads=2, vocab_size=256, tie_word_embeddings=True)
+    config = AutoConfig.for_model(
+        "llama",
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        vocab_size=256,
+        tie_word_embeddings=True,
+    )
     torch.manual_seed(0)
-    model = get_peft_model(AutoModelForCausalLM.from_config(config),
-                           LoraConfig(r=4, target_modules="all-linear", init_lora_weights=False))
+    model = get_peft_model(
+        AutoModelForCausalLM.from_config(config), LoraConfig(r=4, target_modules="all-linear", init_lora_weights=False)
+    )
     ids = torch.randint(0, 256, (2, 12))
     output = model.get_output_embeddings()
 
     def sample():
         torch.manual_seed(1)
         with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
-            out = model.generate(input_ids=ids, do_sample=True, max_new_tokens=6, min_new_tokens=6,
-                                 output_logits=True, return_dict_in_generate=True)
+            out = model.generate(
+                input_ids=ids,
+                do_sample=True,
+                max_new_tokens=6,
+                min_new_tokens=6,
+                output_logits=True,
+                return_dict_in_generate=True,
+            )
         return out.sequences, torch.stack(out.logits)
 
     tokens, logits = sample()
@@ -157,13 +192,18 @@ def test_a_bf16_checkpoint_keeps_its_frozen_linears_as_stored(tmp_path, tiny_lla
     from grpo_cli.models import _read_stored
 
     path, start, entry = entries["model.embed_tokens.weight"]  # read in slices smaller than a row, then whole
-    assert torch.equal(_read_stored(path, start, entry, torch.bfloat16, torch.float32, chunk_bytes=6),
-                       kept.get_input_embeddings().weight)
-    assert torch.equal(_read_stored(path, start, entry, torch.bfloat16, torch.float32),
-                       kept.get_input_embeddings().weight)
+    assert torch.equal(
+        _read_stored(path, start, entry, torch.bfloat16, torch.float32, chunk_bytes=6),
+        kept.get_input_embeddings().weight,
+    )
+    assert torch.equal(
+        _read_stored(path, start, entry, torch.bfloat16, torch.float32), kept.get_input_embeddings().weight
+    )
     widened = load_recipe(write_recipe(tmp_path, stored), [])  # full fine-tuning in float32: every tensor widened
-    for (name, a), b in zip(load_model(widened).named_parameters(),
-                            AutoModelForCausalLM.from_pretrained(stored, dtype=torch.float32).parameters()):
+    for (name, a), b in zip(
+        load_model(widened).named_parameters(),
+        AutoModelForCausalLM.from_pretrained(stored, dtype=torch.float32).parameters(),
+    ):
         assert a.dtype == torch.float32 and torch.equal(a, b), name
     from grpo_cli.train.trainer import build_trainer
 
@@ -181,11 +221,20 @@ def test_lean_lora_computes_what_peft_computes():
 
     from grpo_cli.eval.lean_lora import lean_lora
 
-    config = AutoConfig.for_model("llama", hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-                                  num_attention_heads=4, num_key_value_heads=2, vocab_size=256)
+    config = AutoConfig.for_model(
+        "llama",
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        vocab_size=256,
+    )
     torch.manual_seed(0)
-    model = get_peft_model(AutoModelForCausalLM.from_config(config),
-                           LoraConfig(r=4, lora_alpha=16, target_modules="all-linear", init_lora_weights=False))
+    model = get_peft_model(
+        AutoModelForCausalLM.from_config(config),
+        LoraConfig(r=4, lora_alpha=16, target_modules="all-linear", init_lora_weights=False),
+    )
     ids = torch.randint(0, 256, (2, 12))
     with torch.no_grad():
         peft = model(input_ids=ids).logits
@@ -200,8 +249,9 @@ def test_lean_lora_computes_what_peft_computes():
         plain = model(input_ids=ids).logits
     assert (plain - lean).abs().max() > 1e-2  # the adapter was in the lean forward
 
-    dropped = get_peft_model(AutoModelForCausalLM.from_config(config),
-                             LoraConfig(r=4, lora_dropout=0.1, target_modules="all-linear"))
+    dropped = get_peft_model(
+        AutoModelForCausalLM.from_config(config), LoraConfig(r=4, lora_dropout=0.1, target_modules="all-linear")
+    )
     lean_lora(dropped.train(), torch.float32)  # dropout acts in training: PEFT's forward stays
     assert not any("forward" in vars(m) for m in dropped.modules())
     lean_lora(dropped.eval(), torch.float32)  # in evaluation it does nothing: lean
@@ -217,7 +267,10 @@ def test_eval_generates_in_the_training_precision_with_the_adapter_unmerged(tmp_
     from grpo_cli.eval.evaluate import _generator, settings_of
     from grpo_cli.eval.targets import Target
 
-    peft = get_peft_model(AutoModelForCausalLM.from_pretrained(tiny_llama, dtype=torch.float32), LoraConfig(r=4, lora_alpha=8, target_modules="all-linear", init_lora_weights=False))
+    peft = get_peft_model(
+        AutoModelForCausalLM.from_pretrained(tiny_llama, dtype=torch.float32),
+        LoraConfig(r=4, lora_alpha=8, target_modules="all-linear", init_lora_weights=False),
+    )
     adapter = tmp_path / "adapter"
     peft.save_pretrained(adapter)
     target = Target("adapter", str(tiny_llama), str(adapter))

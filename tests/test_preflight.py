@@ -9,7 +9,7 @@ from typer.testing import CliRunner
 from conftest import write_recipe
 from grpo_cli.cli import app
 
-REWARDS = '''
+REWARDS = """
 def constant(completions, **kwargs):
     return [1.0 for _ in completions]
 
@@ -26,12 +26,14 @@ def picky(completions, **kwargs):
     if any(len(c[0]["content"]) % 2 for c in completions):
         raise ValueError("odd length")
     return [0.5 for _ in completions]
-'''
+"""
 
 
 def preflight(tmp_path, tiny_llama, rewards, *args):
     (tmp_path / "my_rewards.py").write_text(REWARDS)
-    recipe = write_recipe(tmp_path, tiny_llama, rewards=[{"name": f"{tmp_path / 'my_rewards.py'}:{r}"} for r in rewards])
+    recipe = write_recipe(
+        tmp_path, tiny_llama, rewards=[{"name": f"{tmp_path / 'my_rewards.py'}:{r}"} for r in rewards]
+    )
     run_dir = tmp_path / "run"
     run_dir.mkdir()
     (run_dir / "notes.txt").write_text("mine")
@@ -82,6 +84,10 @@ def test_human_output_names_the_three_answers(tmp_path, tiny_llama):
     assert any(line.startswith("signal") and "2 prompts" in line for line in lines), result.stdout
     assert any(line.strip().startswith(f"grpo train {recipe} grpo.num_generations=") for line in lines), result.stdout
     # Where it is while it works: a line per phase in a log (a status line in a terminal).
-    for phase in ("loading the model", "sampling for the learning signal: batch 1/1", "timing training step 1/2",
-                  "timing training step 2/2 at full length (tracking live tensors"):
+    for phase in (
+        "loading the model",
+        "sampling for the learning signal: batch 1/1",
+        "timing training step 1/2",
+        "timing training step 2/2 at full length (tracking live tensors",
+    ):
         assert phase in result.stderr, result.stderr

@@ -26,8 +26,18 @@ def test_ci_runs_the_readme_test_command_verbatim():
 def test_the_readme_stays_short_and_the_docs_have_a_page_per_concern():
     assert len((ROOT / "README.md").read_text().splitlines()) <= 160
     pages = {p.stem for p in DOCS}
-    assert {"recipes", "plan", "preflight", "train-and-runs", "eval", "rewards", "tools", "cpu-training",
-            "multi-gpu", "layout"} <= pages, pages
+    assert {
+        "recipes",
+        "plan",
+        "preflight",
+        "train-and-runs",
+        "eval",
+        "rewards",
+        "tools",
+        "cpu-training",
+        "multi-gpu",
+        "layout",
+    } <= pages, pages
 
 
 def prose(page: Path) -> str:
@@ -60,8 +70,12 @@ def heading_anchors(page: Path) -> set[str]:
 
 
 def relative_links() -> list[tuple[str, str]]:
-    return [(str(page.relative_to(ROOT)), target) for page in PAGES for target in LINK.findall(prose(page))
-            if not target.startswith(EXTERNAL)]
+    return [
+        (str(page.relative_to(ROOT)), target)
+        for page in PAGES
+        for target in LINK.findall(prose(page))
+        if not target.startswith(EXTERNAL)
+    ]
 
 
 def test_the_pages_link_to_each_other():

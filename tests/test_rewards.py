@@ -43,8 +43,9 @@ def test_format_rewards():
     assert call("integer", ["<answer>7</answer>", "<answer>7.5</answer>", "x"]) == [1.0, 0.0, 0.0]
     assert call("answer_tag", ["<answer>7</answer>", "<answer>seven</answer>", "7"]) == [1.0, 0.0, 0.0]
     # GSM8K's marker: full credit for stopping right after `#### N`, half for the line with text after it.
-    assert call("hashes_format", ["3 + 4 = 7\n#### 7", "#### 1,234.5 \n", "#### 7\nThe answer is 7", "7", "#### x"]) \
-        == [1.0, 1.0, 0.5, 0.0, 0.0]
+    assert call(
+        "hashes_format", ["3 + 4 = 7\n#### 7", "#### 1,234.5 \n", "#### 7\nThe answer is 7", "7", "#### x"]
+    ) == [1.0, 1.0, 0.5, 0.0, 0.0]
 
 
 def test_format_pays_only_after_work_when_asked_and_marked_correctness_is_strict_match():
@@ -53,8 +54,12 @@ def test_format_pays_only_after_work_when_asked_and_marked_correctness_is_strict
     assert gated(completions=[worked, "#### 12", "The answer is:\n#### 12"]) == [1.0, 0.0, 0.0]
     marked = resolve_reward("marked_correctness")
     assert marked.__name__ == "marked_correctness"
-    assert marked(completions=[worked, "3 * 4 = 12", "#### 13", worked], answer=["12", "12", "12", None]) \
-        == [1.0, 0.0, 0.0, None]
+    assert marked(completions=[worked, "3 * 4 = 12", "#### 13", worked], answer=["12", "12", "12", None]) == [
+        1.0,
+        0.0,
+        0.0,
+        None,
+    ]
     tagged = resolve_reward("marked_correctness", {"marker": "tag"})
     assert tagged(completions=["<answer>12</answer>", "#### 12"], answer=["12", "12"]) == [1.0, 0.0]
     with pytest.raises(RewardLookupError):
@@ -114,15 +119,19 @@ def test_builtins_never_raise_and_return_finite_floats(texts, gold):
     for name in BUILTINS:
         func = resolve_reward(name)
         for completions in (texts, [[{"role": "assistant", "content": t}] for t in texts]):
-            scores = func(prompts=["p"] * len(texts), completions=completions, answer=[gold] * len(texts),
-                          completion_ids=[[1] * len(t) for t in texts])
+            scores = func(
+                prompts=["p"] * len(texts),
+                completions=completions,
+                answer=[gold] * len(texts),
+                completion_ids=[[1] * len(t) for t in texts],
+            )
             assert len(scores) == len(texts)
             for score in scores:
                 assert score is None or (isinstance(score, float) and math.isfinite(score)), (name, score)
 
 
 @settings(max_examples=200, deadline=None)
-@given(number=st.integers(min_value=-10**12, max_value=10**12), noise=st.text(alphabet="abc .,\n", max_size=20))
+@given(number=st.integers(min_value=-(10**12), max_value=10**12), noise=st.text(alphabet="abc .,\n", max_size=20))
 def test_correctness_finds_written_numbers(number, noise):
     text = f"{noise} <answer>{number:,}</answer>"
     assert call("correctness", [text], answer=[str(number)]) == [1.0]

@@ -16,7 +16,7 @@ from grpo_cli.data import generate_problems
 
 runner = CliRunner()
 
-REWARDS = '''
+REWARDS = """
 import math, time
 
 def generator(prompts=None, completions=None, **kw):
@@ -42,7 +42,7 @@ def fails_on_step_2(prompts=None, completions=None, trainer_state=None, **kw):
 def slow(prompts=None, completions=None, **kw):
     time.sleep(30)
     return [0.0 for c in completions]
-'''
+"""
 
 
 def fails_cleanly(result, *words: str) -> str:
@@ -75,11 +75,14 @@ def test_a_generator_reward_trains(tmp_path, tiny_llama):
     assert (tmp_path / "run" / "final").is_dir()
 
 
-@pytest.mark.parametrize("name, words", [
-    ("no_return", ["`no_return`", "returned None", "step 1"]),
-    ("wrong_count", ["`wrong_count`", "returned 1 values", "step 1"]),
-    ("strings", ["`strings`", "'high'", "step 1"]),
-])
+@pytest.mark.parametrize(
+    "name, words",
+    [
+        ("no_return", ["`no_return`", "returned None", "step 1"]),
+        ("wrong_count", ["`wrong_count`", "returned 1 values", "step 1"]),
+        ("strings", ["`strings`", "'high'", "step 1"]),
+    ],
+)
 def test_a_reward_returning_the_wrong_thing_is_named(tmp_path, tiny_llama, name, words):
     fails_cleanly(train(reward_recipe(tmp_path, tiny_llama, name)), *words)
     assert not (tmp_path / "run" / "final").exists()
@@ -116,7 +119,10 @@ def test_resume_skips_a_checkpoint_whose_save_was_interrupted(tmp_path, tiny_lla
     weights = run / "checkpoint-1" / "adapter_model.safetensors"
     resumed = train(recipe, "--resume")
     assert resumed.exit_code == 0, resumed.output
-    assert "skipped checkpoint-2: no trainer_state.json" in resumed.output and "resuming from checkpoint-1" in resumed.output
+    assert (
+        "skipped checkpoint-2: no trainer_state.json" in resumed.output
+        and "resuming from checkpoint-1" in resumed.output
+    )
     assert (run / "final").is_dir()
 
     shutil.rmtree(run / "final")
@@ -168,8 +174,21 @@ def test_rows_without_a_number_are_left_out_and_too_few_are_refused(tmp_path, ti
 def test_eval_leaves_out_problems_without_a_gold_number(tmp_path, tiny_llama):
     rows = generate_problems(3, seed=5) + [{"question": "No answer here", "answer": None}]
     data = write_jsonl(rows, tmp_path / "test.jsonl")
-    result = runner.invoke(app, ["eval", "--model", str(tiny_llama), "--data", str(data), "--max-new-tokens", "3",
-                                 "--output", str(tmp_path / "out"), "--json"])
+    result = runner.invoke(
+        app,
+        [
+            "eval",
+            "--model",
+            str(tiny_llama),
+            "--data",
+            str(data),
+            "--max-new-tokens",
+            "3",
+            "--output",
+            str(tmp_path / "out"),
+            "--json",
+        ],
+    )
     assert result.exit_code == 0, result.output
     summary = json.loads(result.stdout)["results"][0]
     assert summary["problems"] == 3 and summary["data"]["unscorable"] == 1
@@ -183,8 +202,9 @@ def test_eval_never_writes_over_a_users_file(tmp_path, tiny_llama, content):
     out = tmp_path / "results"
     out.mkdir()
     (out / "predictions.jsonl").write_text(content)
-    result = runner.invoke(app, ["eval", "--model", str(tiny_llama), "--data", "generated", "--limit", "2",
-                                 "--output", str(out)])
+    result = runner.invoke(
+        app, ["eval", "--model", str(tiny_llama), "--data", "generated", "--limit", "2", "--output", str(out)]
+    )
     fails_cleanly(result, str(out), "--output")
     assert (out / "predictions.jsonl").read_text() == content
     assert sorted(p.name for p in out.iterdir()) == ["predictions.jsonl"]
@@ -216,8 +236,9 @@ def test_report_reads_what_a_killed_run_leaves(tmp_path):
     run = tmp_path / "run"
     run.mkdir()
     good = [json.dumps({"step": s, "reward": 0.1 * s, "completions/mean_length": 5}) for s in (1, 2, 3)]
-    (run / "metrics.jsonl").write_text("\n".join([good[0], "not json", json.dumps({"loss": 1}), *good[1:]])
-                                      + '\n{"step": 4, "rew')
+    (run / "metrics.jsonl").write_text(
+        "\n".join([good[0], "not json", json.dumps({"loss": 1}), *good[1:]]) + '\n{"step": 4, "rew'
+    )
     result = runner.invoke(app, ["report", str(run)])
     assert result.exit_code == 0, result.output
     assert "skipped 3 line(s)" in result.output and (run / "report.png").stat().st_size > 0

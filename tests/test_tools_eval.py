@@ -10,8 +10,8 @@ from typer.testing import CliRunner
 from conftest import write_recipe
 from grpo_cli.cli import app
 from grpo_cli.eval.continuous import ContinuousGenerator
-from grpo_cli.tools.loop import ToolLoop
 from grpo_cli.recipe.validation import load_recipe
+from grpo_cli.tools.loop import ToolLoop
 from grpo_cli.tools.registry import guarded_tools
 from grpo_cli.train.trainer import build_trainer
 from tool_models import SYSTEM
@@ -21,10 +21,13 @@ BUDGET = 96
 
 
 def tool_recipe(tmp_path, model, **extra):
-    sections = dict(data={"source": "generated", "limit": 16, "system_prompt": SYSTEM}, tools=["calculator"],
-                    grpo={"num_generations": 2, "max_completion_length": BUDGET, "max_tool_calling_iterations": 2},
-                    training={"per_device_train_batch_size": 8, "max_steps": 1},
-                    eval={"source": "generated", "max_new_tokens": BUDGET, "batch_size": 4})
+    sections = dict(
+        data={"source": "generated", "limit": 16, "system_prompt": SYSTEM},
+        tools=["calculator"],
+        grpo={"num_generations": 2, "max_completion_length": BUDGET, "max_tool_calling_iterations": 2},
+        training={"per_device_train_batch_size": 8, "max_steps": 1},
+        eval={"source": "generated", "max_new_tokens": BUDGET, "batch_size": 4},
+    )
     sections.update(extra)
     return write_recipe(tmp_path, model, **sections)
 
@@ -35,8 +38,9 @@ def test_eval_loop_gives_trls_token_sequences_under_greedy_decoding(tmp_path, to
     trainer, prepared = build_trainer(recipe, recipe.output_dir)
     rows = [prepared.dataset[i] for i in range(8)]
     batch = trainer._generate_and_score_completions([row for row in rows for _ in range(2)])  # 2 per group
-    trl_completion_ids = [ids[mask.bool()].tolist() for ids, mask in
-                          zip(batch["completion_ids"], batch["completion_mask"])][::2]
+    trl_completion_ids = [
+        ids[mask.bool()].tolist() for ids, mask in zip(batch["completion_ids"], batch["completion_mask"])
+    ][::2]
     tokenizer = trainer.processing_class
     engine = ContinuousGenerator(trainer.model, tokenizer, BUDGET, [], max_length=2048)
     loop = ToolLoop(engine, tokenizer, guarded_tools(recipe.tools), None, BUDGET, 2)
@@ -46,8 +50,12 @@ def test_eval_loop_gives_trls_token_sequences_under_greedy_decoding(tmp_path, to
     called = [r for r in results if r.extra["tools"]["calls"]]
     assert called and len(called) < len(results), "the tiny model should call the tool on some problems only"
     for result in called:
-        assert result.extra["tool_calls"][0] == {"name": "calculator", "arguments": {"expression": "2 + 3"},
-                                                 "result": "5", "ok": True}
+        assert result.extra["tool_calls"][0] == {
+            "name": "calculator",
+            "arguments": {"expression": "2 + 3"},
+            "result": "5",
+            "ok": True,
+        }
         assert "<tool_response>\n5\n</tool_response>" in result.extra["transcript"]
         assert "5" not in result.text.replace("#### 5", "")  # the scored text is the model's own turns
 
@@ -67,13 +75,23 @@ def test_grpo_eval_with_tools_records_calls_and_resumes(tmp_path, tool_model):
     again = runner.invoke(app, ["eval", str(recipe), "--limit", "6", "--output", str(out), "--json"])
     assert again.exit_code == 0, again.output
     assert [json.loads(line) for line in (out / "predictions.jsonl").read_text().splitlines()] == records
-    other = runner.invoke(app, ["eval", str(recipe), "--limit", "6", "--output", str(out), "grpo.max_tool_calling_iterations=1"])
+    other = runner.invoke(
+        app, ["eval", str(recipe), "--limit", "6", "--output", str(out), "grpo.max_tool_calling_iterations=1"]
+    )
     assert other.exit_code == 2 and "other settings" in other.output
 
 
 def test_preflight_reports_the_tool_figures_of_sampled_groups(tmp_path, tool_model):
-    recipe = tool_recipe(tmp_path, tool_model, grpo={"num_generations": 4, "max_completion_length": BUDGET,
-                                                     "temperature": 0.7, "max_tool_calling_iterations": 2})
+    recipe = tool_recipe(
+        tmp_path,
+        tool_model,
+        grpo={
+            "num_generations": 4,
+            "max_completion_length": BUDGET,
+            "temperature": 0.7,
+            "max_tool_calling_iterations": 2,
+        },
+    )
     result = runner.invoke(app, ["preflight", str(recipe), "--json", "--prompts", "6"])
     assert result.exit_code == 0, result.output
     tools = json.loads(result.stdout)["tools"]

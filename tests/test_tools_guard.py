@@ -18,28 +18,67 @@ from tool_models import SYSTEM
 runner = CliRunner()
 
 
-@pytest.mark.parametrize("expression, result", [
-    ("48 / 2 + 3", "27"), ("0.1 + 0.2", "0.3"), ("1/3", "0.333333333333"), ("2**10", "1024"), ("-7 // 2", "-4"),
-    ("7 % 3", "1"), ("(1 + 2) * 3.5", "10.5"), ("1,234 * 2", "2468"), ("$5 * 3", "15"), ("2**-2", "0.25"),
-    ("1.5e-3 * 2", "0.003"), ("(-2)**3", "-8"),
-])
+@pytest.mark.parametrize(
+    "expression, result",
+    [
+        ("48 / 2 + 3", "27"),
+        ("0.1 + 0.2", "0.3"),
+        ("1/3", "0.333333333333"),
+        ("2**10", "1024"),
+        ("-7 // 2", "-4"),
+        ("7 % 3", "1"),
+        ("(1 + 2) * 3.5", "10.5"),
+        ("1,234 * 2", "2468"),
+        ("$5 * 3", "15"),
+        ("2**-2", "0.25"),
+        ("1.5e-3 * 2", "0.003"),
+        ("(-2)**3", "-8"),
+    ],
+)
 def test_calculator_is_exact(expression, result):
     assert calculator(expression) == result
 
 
-@pytest.mark.parametrize("expression", [
-    "__import__('os').system('true')", "open('/etc/passwd')", "x + 1", "(1).real", "'a' * 3", "[1, 2]", "1 if 2 else 3",
-    "lambda: 1", "1 < 2", "True + 1", "0x10", "2 ^ 3", "f'{1}'", "{1: 2}", "1; 2", "",
-])
+@pytest.mark.parametrize(
+    "expression",
+    [
+        "__import__('os').system('true')",
+        "open('/etc/passwd')",
+        "x + 1",
+        "(1).real",
+        "'a' * 3",
+        "[1, 2]",
+        "1 if 2 else 3",
+        "lambda: 1",
+        "1 < 2",
+        "True + 1",
+        "0x10",
+        "2 ^ 3",
+        "f'{1}'",
+        "{1: 2}",
+        "1; 2",
+        "",
+    ],
+)
 def test_calculator_refuses_everything_but_arithmetic(expression):
     with pytest.raises(CalculatorError):
         calculator(expression)
 
 
-@pytest.mark.parametrize("expression", [
-    "9**9**9", "10**100000", "2**99999", "1" * 10_000, "1e999999", "(" * 400 + "1" + ")" * 400,
-    "99999999999999**999", "1/3**9999", "-" * 499 + "1",
-])
+@pytest.mark.parametrize(
+    "expression",
+    [
+        "9**9**9",
+        "10**100000",
+        "2**99999",
+        "1" * 10_000,
+        "1e999999",
+        "(" * 400 + "1" + ")" * 400,
+        "99999999999999**999",
+        "1/3**9999",
+        "-" * 499 + "1",
+    ],
+)
 def test_calculator_refuses_hostile_input_fast(expression):
     started = time.perf_counter()
     try:
@@ -61,16 +100,25 @@ def test_guard_keeps_the_tools_description_and_shortens_failures():
     assert guarded(expression="2**100").startswith("1267650600228229401496703205376")
 
 
-@pytest.mark.parametrize("tool, seen", [("raising", "the service is down"), ("hanging", "took longer than 0.5 s"),
-                                        ("flooding", "[cut: 9999960 more characters]")])
+@pytest.mark.parametrize(
+    "tool, seen",
+    [
+        ("raising", "the service is down"),
+        ("hanging", "took longer than 0.5 s"),
+        ("flooding", "[cut: 9999960 more characters]"),
+    ],
+)
 def test_a_misbehaving_tool_never_stops_the_run(tmp_path, tool_model, tool, seen):
     """Failures reach the model as one short error and are counted; a flood is cut to max_result_chars (kept small
     here so the cut result fits the tiny completion budget, which would otherwise drop it as TRL does)."""
-    recipe = write_recipe(tmp_path, tool_model, data={"source": "generated", "limit": 32, "system_prompt": SYSTEM},
-                          tools=[{"name": f"{ASSETS / 'faulty_tools.py'}:{tool}", "timeout_s": 0.5,
-                                  "max_result_chars": 40}],
-                          grpo={"num_generations": 4, "max_completion_length": 160, "temperature": 0.7},
-                          training={"per_device_train_batch_size": 16, "max_steps": 2, "log_completions": 16})
+    recipe = write_recipe(
+        tmp_path,
+        tool_model,
+        data={"source": "generated", "limit": 32, "system_prompt": SYSTEM},
+        tools=[{"name": f"{ASSETS / 'faulty_tools.py'}:{tool}", "timeout_s": 0.5, "max_result_chars": 40}],
+        grpo={"num_generations": 4, "max_completion_length": 160, "temperature": 0.7},
+        training={"per_device_train_batch_size": 16, "max_steps": 2, "log_completions": 16},
+    )
     result = runner.invoke(app, ["train", str(recipe)])
     assert result.exit_code == 0, result.output
     metrics = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]

@@ -58,8 +58,11 @@ def test_tool_results_are_in_the_next_turn_and_out_of_the_loss(tmp_path, tool_mo
 
 
 def test_an_environment_supplies_the_tool_and_a_reward(tmp_path, tool_model):
-    sections = {**TOOL_SECTIONS, "tools": None, "environment": {"name": f"{ASSETS / 'tool_env.py'}:CountingCalculator",
-                                                                 "kwargs": {"offset": 100}}}
+    sections = {
+        **TOOL_SECTIONS,
+        "tools": None,
+        "environment": {"name": f"{ASSETS / 'tool_env.py'}:CountingCalculator", "kwargs": {"offset": 100}},
+    }
     recipe = load_recipe(write_recipe(tmp_path, tool_model, **sections))
     result = train(recipe)
     assert result.global_step == 2

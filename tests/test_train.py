@@ -18,8 +18,8 @@ from typer.testing import CliRunner
 
 from conftest import ASSETS, write_recipe
 from grpo_cli.cli import app
-from grpo_cli.train.run import train
 from grpo_cli.recipe.validation import load_recipe
+from grpo_cli.train.run import train
 
 REWARDS = [{"name": f"{ASSETS / 'varied_rewards.py'}:digit_share"}, {"name": "correctness"}]
 
@@ -68,14 +68,26 @@ def test_lora_dr_grpo_on_qwen2_with_biases(tmp_path, tiny_qwen2):
     card = (result.run_dir / "README.md").read_text()
     assert card == (result.final_dir / "README.md").read_text()
     assert "huggingface.co/None" not in card and "More Information Needed" not in card
-    for fact in (f"base_model: {tiny_qwen2}", "LoRA r=4, alpha=8", "`generated`", "dr_grpo", "`correctness` (1)",
-                 "digit_share", f"finished after {recipe.training.max_steps} steps", "| reward |",
-                 "PeftModel.from_pretrained", f"grpo train {result.run_dir}/recipe.yaml", "Not evaluated yet"):
+    for fact in (
+        f"base_model: {tiny_qwen2}",
+        "LoRA r=4, alpha=8",
+        "`generated`",
+        "dr_grpo",
+        "`correctness` (1)",
+        "digit_share",
+        f"finished after {recipe.training.max_steps} steps",
+        "| reward |",
+        "PeftModel.from_pretrained",
+        f"grpo train {result.run_dir}/recipe.yaml",
+        "Not evaluated yet",
+    ):
         assert fact in card, fact
 
 
 def test_lora_with_beta_uses_disabled_adapter_as_reference(tmp_path, tiny_llama):
-    recipe, result, metrics = run(tmp_path, tiny_llama, lora={"r": 4, "dropout": 0.0}, grpo={"beta": 0.05, "loss_type": "cispo"})
+    recipe, result, metrics = run(
+        tmp_path, tiny_llama, lora={"r": 4, "dropout": 0.0}, grpo={"beta": 0.05, "loss_type": "cispo"}
+    )
     assert_finished_with_finite_loss(recipe, result, metrics)
     assert all(m["kl"] is not None for m in metrics)
 
@@ -189,14 +201,26 @@ def test_demo_console_starts_with_our_line_and_shows_no_library_warning(tmp_path
     """A one-step run of the shipped demo, as a user starts it: the first line is ours, no library chatter."""
     from conftest import ROOT
 
-    done = subprocess.run(_cli("train", str(ROOT / "recipes" / "demo.yaml"), "training.max_steps=1",
-                               f"training.output_dir={tmp_path / 'demo'}"),
-                          capture_output=True, text=True, timeout=900, cwd=tmp_path)
+    done = subprocess.run(
+        _cli(
+            "train",
+            str(ROOT / "recipes" / "demo.yaml"),
+            "training.max_steps=1",
+            f"training.output_dir={tmp_path / 'demo'}",
+        ),
+        capture_output=True,
+        text=True,
+        timeout=900,
+        cwd=tmp_path,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     lines = [line for line in done.stderr.splitlines() if line.strip()]
     assert lines[0].startswith("grpo train demo: lora on"), lines[:3]
-    noisy = [line for line in lines if any(w in line.lower() for w in ("warning", "warn(", "deprecat", "failed to load",
-                                                                       "traceback", "it/s]"))]
+    noisy = [
+        line
+        for line in lines
+        if any(w in line.lower() for w in ("warning", "warn(", "deprecat", "failed to load", "traceback", "it/s]"))
+    ]
     assert not noisy, noisy
     assert (tmp_path / "demo" / "final" / "adapter_model.safetensors").exists()
 
@@ -234,6 +258,9 @@ def test_a_renamed_trl_method_is_one_clear_error():
             return "generated"
 
     assert trl_seam(OlderTrainer(), "_generate_single_turn", "wraps")() == "generated"
-    with pytest.raises(UserError, match=r"has no GRPOTrainer\._generate_and_score_completions, which grpo measures.*"
-                                        r"pip install 'trl>=1.16,<2'"):
+    with pytest.raises(
+        UserError,
+        match=r"has no GRPOTrainer\._generate_and_score_completions, which grpo measures.*"
+        r"pip install 'trl>=1.16,<2'",
+    ):
         trl_seam(OlderTrainer(), "_generate_and_score_completions", "measures the generation phase by")

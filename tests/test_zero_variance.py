@@ -48,9 +48,14 @@ def trainable(run_dir):
 def run(tmp_path, tiny_llama, reward: str, steps: int = 3, **grpo):
     (tmp_path / "my_rewards.py").write_text(REWARDS)
     grpo = {"num_generations": 4, "zero_variance_groups": "skip", **grpo}
-    recipe = write_recipe(tmp_path, tiny_llama, rewards=[{"name": f"{tmp_path / 'my_rewards.py'}:{reward}"}],
-                          lora={"r": 4, "dropout": 0.0}, grpo=grpo,
-                          training={"max_steps": steps, "per_device_train_batch_size": 16, "save_steps": 100})
+    recipe = write_recipe(
+        tmp_path,
+        tiny_llama,
+        rewards=[{"name": f"{tmp_path / 'my_rewards.py'}:{reward}"}],
+        lora={"r": 4, "dropout": 0.0},
+        grpo=grpo,
+        training={"max_steps": steps, "per_device_train_batch_size": 16, "save_steps": 100},
+    )
     result = runner.invoke(app, ["train", str(recipe)])
     assert result.exit_code == 0, result.output
     return [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
@@ -81,10 +86,19 @@ def test_groups_with_variance_still_train(tmp_path, tiny_llama):
 def test_micro_batches_of_one_generation_batch_are_masked(tmp_path, tiny_llama):
     """Several micro-batches per generation: rows are masked instead of dropped, and training still works."""
     (tmp_path / "my_rewards.py").write_text(REWARDS)
-    recipe = write_recipe(tmp_path, tiny_llama, rewards=[{"name": f"{tmp_path / 'my_rewards.py'}:half_flat"}],
-                          lora={"r": 4, "dropout": 0.0}, grpo={"num_generations": 4, "zero_variance_groups": "skip"},
-                          training={"max_steps": 2, "per_device_train_batch_size": 8, "gradient_accumulation_steps": 2,
-                                    "save_steps": 100})
+    recipe = write_recipe(
+        tmp_path,
+        tiny_llama,
+        rewards=[{"name": f"{tmp_path / 'my_rewards.py'}:half_flat"}],
+        lora={"r": 4, "dropout": 0.0},
+        grpo={"num_generations": 4, "zero_variance_groups": "skip"},
+        training={
+            "max_steps": 2,
+            "per_device_train_batch_size": 8,
+            "gradient_accumulation_steps": 2,
+            "save_steps": 100,
+        },
+    )
     result = runner.invoke(app, ["train", str(recipe)])
     assert result.exit_code == 0, result.output
     metrics = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]

@@ -24,11 +24,17 @@ def _tokenizer(directory: Path, rendered: list[str]):
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
-    tok.train_from_iterator(corpus, trainers.BpeTrainer(
-        vocab_size=2000, special_tokens=["<|endoftext|>", "<|im_start|>", "<|im_end|>"],
-        initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
-    fast = PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<|im_end|>", pad_token="<|endoftext|>",
-                                   padding_side="left")
+    tok.train_from_iterator(
+        corpus,
+        trainers.BpeTrainer(
+            vocab_size=2000,
+            special_tokens=["<|endoftext|>", "<|im_start|>", "<|im_end|>"],
+            initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        ),
+    )
+    fast = PreTrainedTokenizerFast(
+        tokenizer_object=tok, eos_token="<|im_end|>", pad_token="<|endoftext|>", padding_side="left"
+    )
     fast.chat_template = qwen2_5_chat_template
     fast.save_pretrained(directory)
     return fast
@@ -36,16 +42,25 @@ def _tokenizer(directory: Path, rendered: list[str]):
 
 def conversations(questions: list[str]) -> list[list[dict]]:
     """What the model is taught: a call and an answer from its result, or (every other question) a direct answer."""
-    call = {"role": "assistant", "content": "", "tool_calls": [
-        {"type": "function", "function": {"name": "calculator", "arguments": {"expression": "2 + 3"}}}]}
+    call = {
+        "role": "assistant",
+        "content": "",
+        "tool_calls": [{"type": "function", "function": {"name": "calculator", "arguments": {"expression": "2 + 3"}}}],
+    }
     out = []
     for index, question in enumerate(questions):
         head = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": question}]
         if index % 2:
             out.append(head + [{"role": "assistant", "content": DIRECT_TEXT}])
         else:
-            out.append(head + [call, {"role": "tool", "name": "calculator", "content": "5"},
-                               {"role": "assistant", "content": ANSWER_TEXT}])
+            out.append(
+                head
+                + [
+                    call,
+                    {"role": "tool", "name": "calculator", "content": "5"},
+                    {"role": "assistant", "content": ANSWER_TEXT},
+                ]
+            )
     return out
 
 
@@ -63,10 +78,19 @@ def build_tool_model(directory: Path, steps: int = 60) -> Path:
     probe = _tokenizer(directory, [])  # a first tokenizer only to render the texts the real one is trained on
     rendered = [probe.apply_chat_template(chat, tools=[calculator], tokenize=False) for chat in chats]
     tokenizer = _tokenizer(directory, rendered)
-    config = LlamaConfig(vocab_size=len(tokenizer), hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=2048,
-                         tie_word_embeddings=True, eos_token_id=tokenizer.eos_token_id,
-                         pad_token_id=tokenizer.pad_token_id, bos_token_id=None)
+    config = LlamaConfig(
+        vocab_size=len(tokenizer),
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=2048,
+        tie_word_embeddings=True,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+        bos_token_id=None,
+    )
     torch.manual_seed(0)
     model = AutoModelForCausalLM.from_config(config)
     examples = [_example(tokenizer, chat, calculator) for chat in chats]
@@ -94,8 +118,11 @@ def _example(tokenizer, chat: list[dict], tool):
     for end in range(1, len(chat) + 1):
         if chat[end - 1]["role"] != "assistant":
             continue
-        start = len(tokenizer.apply_chat_template(chat[: end - 1], tools=[tool], tokenize=True, return_dict=False,
-                                                  add_generation_prompt=True))
+        start = len(
+            tokenizer.apply_chat_template(
+                chat[: end - 1], tools=[tool], tokenize=True, return_dict=False, add_generation_prompt=True
+            )
+        )
         stop = len(tokenizer.apply_chat_template(chat[:end], tools=[tool], tokenize=True, return_dict=False))
         labels[start:stop] = ids[start:stop]
     return torch.tensor(ids), torch.tensor(labels)

@@ -55,11 +55,16 @@ class Harness:
         self.log = (self.out / "log.txt").open("a")
         # A parent that trained in-process (a test run) carries accelerate's RANK/MASTER_PORT...: children sharing
         # them would try to join one process group on one port.
-        inherited = {k: v for k, v in os.environ.items() if k not in DISTRIBUTED_ENV and not k.startswith("ACCELERATE_")}
-        self.env = {**inherited, "PYTHONPATH": os.pathsep.join([str(ROOT), inherited.get("PYTHONPATH", "")]),
-                    "PYTHONUNBUFFERED": "1",
-                    # On a shared CPU, OpenMP threads spinning against each other swamp tiny models' timings.
-                    **({"OMP_NUM_THREADS": "1"} if args.cpu else {})}
+        inherited = {
+            k: v for k, v in os.environ.items() if k not in DISTRIBUTED_ENV and not k.startswith("ACCELERATE_")
+        }
+        self.env = {
+            **inherited,
+            "PYTHONPATH": os.pathsep.join([str(ROOT), inherited.get("PYTHONPATH", "")]),
+            "PYTHONUNBUFFERED": "1",
+            # On a shared CPU, OpenMP threads spinning against each other swamp tiny models' timings.
+            **({"OMP_NUM_THREADS": "1"} if args.cpu else {}),
+        }
         self.arch = "tiny-llama" if args.cpu else "qwen2.5-0.5b"
         self.dtype = "float32" if args.cpu else "bfloat16"
         # Timing configuration: LoRA, G x 2 prompts a step, full-length completions.
@@ -92,8 +97,11 @@ class Harness:
         """One random-initialised model of the timing shape, shared by the timing parts."""
         if self._model_dir is None:
             path = self.work / f"model-{self.arch}"
-            done = self.run("model", [sys.executable, str(ROOT / "benchmarks" / "memory.py"), "--build-model",
-                                      self.arch, str(path)], timeout=max(60.0, self.left()))
+            done = self.run(
+                "model",
+                [sys.executable, str(ROOT / "benchmarks" / "memory.py"), "--build-model", self.arch, str(path)],
+                timeout=max(60.0, self.left()),
+            )
             if done.returncode != 0:
                 raise RuntimeError(f"could not build the {self.arch} model (log.txt)")
             self._model_dir = path
@@ -114,9 +122,14 @@ class Harness:
                     skipped.append(name)
                     continue
                 log_path = self.work / f"{name}.log"
-                proc = subprocess.Popen([sys.executable, str(ROOT / "benchmarks" / "memory.py"), "--one",
-                                         json.dumps([name, cfg])], env=self.env, cwd=ROOT, text=True,
-                                        stdout=subprocess.PIPE, stderr=log_path.open("w"))
+                proc = subprocess.Popen(
+                    [sys.executable, str(ROOT / "benchmarks" / "memory.py"), "--one", json.dumps([name, cfg])],
+                    env=self.env,
+                    cwd=ROOT,
+                    text=True,
+                    stdout=subprocess.PIPE,
+                    stderr=log_path.open("w"),
+                )
                 if smi:
                     smi.watch(proc.pid)
                 running[name] = (proc, log_path, time.monotonic())
@@ -134,16 +147,21 @@ class Harness:
                     self.note(f"[calibration] {name}: FAILED (exit {proc.returncode})")
                     self.log.write(log_path.read_text()[-4000:] + "\n")
                     continue
-                row = json.loads(result[-1][len("RESULT "):])
+                row = json.loads(result[-1][len("RESULT ") :])
                 row.pop("terms", None)
                 row["measured_smi_gib"] = round(smi.peak(proc.pid) / GIB, 4) if smi and smi.peak(proc.pid) else None
-                row["smi_error_pct"] = (round(100 * (row["predicted_smi_gib"] - row["measured_smi_gib"])
-                                              / row["measured_smi_gib"], 2) if row["measured_smi_gib"] else None)
+                row["smi_error_pct"] = (
+                    round(100 * (row["predicted_smi_gib"] - row["measured_smi_gib"]) / row["measured_smi_gib"], 2)
+                    if row["measured_smi_gib"]
+                    else None
+                )
                 row["seconds"] = round(time.monotonic() - started, 1)
                 rows.append(row)
-                self.note(f"[calibration] {name}: predicted {row['predicted_gib']:.3f} GiB, measured "
-                          f"{row['measured_gib']:.3f} GiB ({row['error_pct']:+.1f}%), nvidia-smi "
-                          f"{row['measured_smi_gib']} vs {row['predicted_smi_gib']:.3f} GiB")
+                self.note(
+                    f"[calibration] {name}: predicted {row['predicted_gib']:.3f} GiB, measured "
+                    f"{row['measured_gib']:.3f} GiB ({row['error_pct']:+.1f}%), nvidia-smi "
+                    f"{row['measured_smi_gib']} vs {row['predicted_smi_gib']:.3f} GiB"
+                )
         if smi:
             smi.stop()
         if rows:
@@ -155,7 +173,9 @@ class Harness:
         errors = [abs(r["error_pct"]) for r in rows]
         smi_errors = [abs(r["smi_error_pct"]) for r in rows if r["smi_error_pct"] is not None]
         return {
-            "configurations": len(rows), "failed": failed, "skipped": skipped,
+            "configurations": len(rows),
+            "failed": failed,
+            "skipped": skipped,
             "median_abs_error_pct": round(statistics.median(errors), 2) if errors else None,
             "max_abs_error_pct": round(max(errors), 2) if errors else None,
             "smi_median_abs_error_pct": round(statistics.median(smi_errors), 2) if smi_errors else None,
@@ -173,15 +193,33 @@ class Harness:
         recipe = {
             "model": {"name": str(self.model_dir()), "dtype": self.dtype, "gradient_checkpointing": False},
             "lora": {"r": 16, "alpha": 32, "dropout": 0.0, "target_modules": "all-linear"},
-            "data": {"source": "generated", "limit": 2000,
-                     "system_prompt": "Answer in one short sentence that ends with the final number."},
-            "rewards": rewards or [{"name": "correctness", "weight": 1.0},
-                                   {"name": "length_target", "weight": 0.5, "kwargs": {"target": 16}}],
-            "grpo": {"num_generations": self.g, "max_completion_length": self.c, "loss_type": "dapo",
-                     "temperature": 1.0, **grpo},
-            "training": {"learning_rate": 3.0e-4, "lr_scheduler_type": "constant",
-                         "per_device_train_batch_size": 2 * self.g, "max_steps": steps, "logging_steps": 1,
-                         "save_steps": 100_000, "seed": 42, "output_dir": str(self.work / f"run-{name}")},
+            "data": {
+                "source": "generated",
+                "limit": 2000,
+                "system_prompt": "Answer in one short sentence that ends with the final number.",
+            },
+            "rewards": rewards
+            or [
+                {"name": "correctness", "weight": 1.0},
+                {"name": "length_target", "weight": 0.5, "kwargs": {"target": 16}},
+            ],
+            "grpo": {
+                "num_generations": self.g,
+                "max_completion_length": self.c,
+                "loss_type": "dapo",
+                "temperature": 1.0,
+                **grpo,
+            },
+            "training": {
+                "learning_rate": 3.0e-4,
+                "lr_scheduler_type": "constant",
+                "per_device_train_batch_size": 2 * self.g,
+                "max_steps": steps,
+                "logging_steps": 1,
+                "save_steps": 100_000,
+                "seed": 42,
+                "output_dir": str(self.work / f"run-{name}"),
+            },
             "eval": {"source": "generated", "limit": 64, "batch_size": 32, "max_new_tokens": 64},
             "trl": {"generation_kwargs": {"min_new_tokens": self.c}} if full_length else {},
         }
@@ -192,26 +230,37 @@ class Harness:
     def timed(self, name: str, command: list[str], metrics) -> dict:
         """Median step time over steps 2..N and the peak memory of one run of `command` (via peak.py)."""
         peak_file = self.work / f"{name}.peak.json"
-        done = self.run(name, [sys.executable, str(ROOT / "benchmarks" / "gpu" / "peak.py"), str(peak_file), *command],
-                        timeout=max(30.0, self.left()))
+        done = self.run(
+            name,
+            [sys.executable, str(ROOT / "benchmarks" / "gpu" / "peak.py"), str(peak_file), *command],
+            timeout=max(30.0, self.left()),
+        )
         if done.returncode != 0 or not peak_file.exists():
             return {"ok": False, "exit": done.returncode}
         rows = metrics()
         times = [float(r["step_time"]) for r in rows if "step_time" in r and "loss" in r][1:]
         peaks = json.loads(peak_file.read_text())
-        return {"ok": True, "median_step_s": round(statistics.median(times), 4) if times else None,
-                "peak_gib": round(peaks.get("cuda_allocated_gib", peaks["rss_gib"]), 4),
-                "peak_kind": "cuda_allocated" if "cuda_allocated_gib" in peaks else "rss", **peaks}
+        return {
+            "ok": True,
+            "median_step_s": round(statistics.median(times), 4) if times else None,
+            "peak_gib": round(peaks.get("cuda_allocated_gib", peaks["rss_gib"]), 4),
+            "peak_kind": "cuda_allocated" if "cuda_allocated_gib" in peaks else "rss",
+            **peaks,
+        }
 
     def grpo_train(self, name: str, **grpo) -> dict:
         recipe = self.recipe_file(name, self.args.steps, **grpo)
         run_dir = self.work / f"run-{name}"
-        return self.timed(name, ["-m", "grpo_cli", "train", str(recipe)],
-                          lambda: [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()])
+        return self.timed(
+            name,
+            ["-m", "grpo_cli", "train", str(recipe)],
+            lambda: [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()],
+        )
 
     def liger(self) -> dict:
         try:
             import importlib.util
+
             if importlib.util.find_spec("liger_kernel") is None:
                 return {"skipped": "liger-kernel is not installed"}
         except Exception as exc:  # a broken install is a finding too
@@ -224,10 +273,24 @@ class Harness:
         ours = self.grpo_train("overhead-grpo")
         out = self.work / "overhead-plain"
         out.mkdir(exist_ok=True)
-        plain = self.timed("overhead-plain", [
-            str(ROOT / "benchmarks" / "plain_trl.py"), str(self.model_dir()), str(self.args.steps), str(out),
-            "--dtype", self.dtype, "--generations", str(self.g), "--completion", str(self.c), "--batch", str(2 * self.g)],
-            lambda: json.loads((out / "log_history.json").read_text()))
+        plain = self.timed(
+            "overhead-plain",
+            [
+                str(ROOT / "benchmarks" / "plain_trl.py"),
+                str(self.model_dir()),
+                str(self.args.steps),
+                str(out),
+                "--dtype",
+                self.dtype,
+                "--generations",
+                str(self.g),
+                "--completion",
+                str(self.c),
+                "--batch",
+                str(2 * self.g),
+            ],
+            lambda: json.loads((out / "log_history.json").read_text()),
+        )
         return {"grpo_train": ours, "plain_trl": plain, **ratios(ours, plain, "grpo_over_plain")}
 
     def train_eval(self) -> dict:
@@ -235,32 +298,58 @@ class Harness:
         # Random weights get no correct answer and never stop early, so every built-in reward is flat and the
         # advantages zero; a reward on the text's length in characters differs within every group.
         reward_file = self.work / "characters.py"
-        reward_file.write_text("def characters(completions, **kwargs):\n"
-                               "    return [len(c[0]['content']) / 100 for c in completions]\n")
-        recipe = self.recipe_file("train-eval", self.args.train_steps, full_length=False,
-                                  rewards=[{"name": "correctness"}, {"name": f"{reward_file}:characters"}],
-                                  max_completion_length=min(self.c, 128))
+        reward_file.write_text(
+            "def characters(completions, **kwargs):\n    return [len(c[0]['content']) / 100 for c in completions]\n"
+        )
+        recipe = self.recipe_file(
+            "train-eval",
+            self.args.train_steps,
+            full_length=False,
+            rewards=[{"name": "correctness"}, {"name": f"{reward_file}:characters"}],
+            max_completion_length=min(self.c, 128),
+        )
         run_dir = self.work / "run-train-eval"
-        train = self.run("train_eval", [sys.executable, "-m", "grpo_cli", "train", str(recipe)],
-                         timeout=max(30.0, self.left()))
+        train = self.run(
+            "train_eval", [sys.executable, "-m", "grpo_cli", "train", str(recipe)], timeout=max(30.0, self.left())
+        )
         result: dict = {"train_exit": train.returncode}
         metrics_file = run_dir / "metrics.jsonl"
         if metrics_file.exists():
             rows = [json.loads(line) for line in metrics_file.read_text().splitlines()]
             losses = [r["loss"] for r in rows if "loss" in r]
-            result.update(steps=len(losses), losses_finite=all(math.isfinite(x) for x in losses),
-                          last_loss=losses[-1] if losses else None, last_step_time=rows[-1].get("step_time"))
+            result.update(
+                steps=len(losses),
+                losses_finite=all(math.isfinite(x) for x in losses),
+                last_loss=losses[-1] if losses else None,
+                last_step_time=rows[-1].get("step_time"),
+            )
         if train.returncode != 0:
             return result
         result["weights_changed"] = lora_b_nonzero(run_dir / "final")
-        evaluated = self.run("train_eval", [sys.executable, "-m", "grpo_cli", "eval", "--run", str(run_dir), "--json",
-                                            "--output", str(self.work / "eval")], timeout=max(30.0, self.left()))
+        evaluated = self.run(
+            "train_eval",
+            [
+                sys.executable,
+                "-m",
+                "grpo_cli",
+                "eval",
+                "--run",
+                str(run_dir),
+                "--json",
+                "--output",
+                str(self.work / "eval"),
+            ],
+            timeout=max(30.0, self.left()),
+        )
         result["eval_exit"] = evaluated.returncode
         if evaluated.returncode == 0:
             summary = json.loads(evaluated.stdout)["results"][0]
-            result["eval"] = {"problems": summary["problems"], "format_rate": summary.get("format_rate"),
-                              **{name: f["accuracy"] for name, f in summary["filters"].items()},
-                              "tokens_per_s": summary.get("session", {}).get("tokens_per_s")}
+            result["eval"] = {
+                "problems": summary["problems"],
+                "format_rate": summary.get("format_rate"),
+                **{name: f["accuracy"] for name, f in summary["filters"].items()},
+                "tokens_per_s": summary.get("session", {}).get("tokens_per_s"),
+            }
         return result
 
 
@@ -290,8 +379,10 @@ def merge_calibration(device_csv: Path, target: Path) -> int:
 def ratios(a: dict, b: dict, label: str) -> dict:
     if not (a.get("ok") and b.get("ok") and a.get("median_step_s") and b.get("median_step_s")):
         return {}
-    return {f"step_time_{label}": round(a["median_step_s"] / b["median_step_s"], 4),
-            f"peak_{label}": round(a["peak_gib"] / b["peak_gib"], 4)}
+    return {
+        f"step_time_{label}": round(a["median_step_s"] / b["median_step_s"], 4),
+        f"peak_{label}": round(a["peak_gib"] / b["peak_gib"], 4),
+    }
 
 
 class SmiSampler:
@@ -321,8 +412,12 @@ class SmiSampler:
     def _loop(self) -> None:
         while not self._stop.wait(0.2):
             try:
-                text = subprocess.run(["nvidia-smi", "--query-compute-apps=pid,used_memory", "--format=csv,noheader,nounits"],
-                                      capture_output=True, text=True, timeout=5).stdout
+                text = subprocess.run(
+                    ["nvidia-smi", "--query-compute-apps=pid,used_memory", "--format=csv,noheader,nounits"],
+                    capture_output=True,
+                    text=True,
+                    timeout=5,
+                ).stdout
             except (OSError, subprocess.TimeoutExpired):
                 continue
             for line in text.splitlines():
@@ -339,31 +434,53 @@ def environment() -> dict:
     import importlib.metadata as md
 
     info = {"python": sys.version.split()[0]}
-    for name in ("torch", "transformers", "trl", "peft", "accelerate", "datasets", "bitsandbytes", "liger-kernel",
-                 "pydantic"):
+    for name in (
+        "torch",
+        "transformers",
+        "trl",
+        "peft",
+        "accelerate",
+        "datasets",
+        "bitsandbytes",
+        "liger-kernel",
+        "pydantic",
+    ):
         try:
             info[name] = md.version(name)
         except md.PackageNotFoundError:
             info[name] = None
     try:
-        info["gpu"] = subprocess.run(["nvidia-smi", "--query-gpu=name,memory.total,driver_version",
-                                      "--format=csv,noheader"], capture_output=True, text=True, timeout=10).stdout.strip()
+        info["gpu"] = subprocess.run(
+            ["nvidia-smi", "--query-gpu=name,memory.total,driver_version", "--format=csv,noheader"],
+            capture_output=True,
+            text=True,
+            timeout=10,
+        ).stdout.strip()
     except OSError:
         info["gpu"] = None
     return info
 
 
 def markdown(summary: dict) -> str:
-    lines = [f"# GPU harness: {summary['environment'].get('gpu') or 'CPU'}", "",
-             "```json", json.dumps(summary, indent=2), "```"]
+    lines = [
+        f"# GPU harness: {summary['environment'].get('gpu') or 'CPU'}",
+        "",
+        "```json",
+        json.dumps(summary, indent=2),
+        "```",
+    ]
     return "\n".join(lines) + "\n"
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--out", type=Path)
-    parser.add_argument("--merge", type=Path, metavar="CALIBRATION_CSV",
-                        help="On the host: append a device run's calibration.csv to benchmarks/memory_calibration.csv.")
+    parser.add_argument(
+        "--merge",
+        type=Path,
+        metavar="CALIBRATION_CSV",
+        help="On the host: append a device run's calibration.csv to benchmarks/memory_calibration.csv.",
+    )
     parser.add_argument("--cpu", action="store_true", help="Tiny models on the CPU: checks the harness itself.")
     parser.add_argument("--parts", default=",".join(PARTS))
     parser.add_argument("--jobs", type=int, default=None, help="Calibration processes at a time (GPU 4, CPU 1).")

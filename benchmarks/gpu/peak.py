@@ -31,8 +31,10 @@ finally:
     peaks = {"rss_gib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20}
     torch = sys.modules.get("torch")
     if torch is not None and torch.cuda.is_available() and torch.cuda.is_initialized():
-        peaks.update(cuda_allocated_gib=torch.cuda.max_memory_allocated() / 2**30,
-                     cuda_reserved_gib=torch.cuda.max_memory_reserved() / 2**30)
+        peaks.update(
+            cuda_allocated_gib=torch.cuda.max_memory_allocated() / 2**30,
+            cuda_reserved_gib=torch.cuda.max_memory_reserved() / 2**30,
+        )
     with open(result_file, "w") as fh:
         json.dump(peaks, fh)
 sys.exit(code)

@@ -3,9 +3,10 @@ and an exit code."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Annotated, Iterator, Optional
+from typing import Annotated
 
 import typer
 
@@ -19,8 +20,12 @@ def examples(*lines: str) -> str:
 
 
 RecipeArg = Annotated[Path, typer.Argument(help="Recipe YAML file.", show_default=False)]
-OverridesArg = Annotated[Optional[list[str]], typer.Argument(
-    help="key.path=value overrides, validated like the file (e.g. training.max_steps=20).", show_default=False)]
+OverridesArg = Annotated[
+    list[str] | None,
+    typer.Argument(
+        help="key.path=value overrides, validated like the file (e.g. training.max_steps=20).", show_default=False
+    ),
+]
 
 
 @contextmanager

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 
@@ -12,8 +12,7 @@ from grpo_cli.cli.parts import OverridesArg, RecipeArg, examples, user_errors
 from grpo_cli.cli.root import app
 
 
-@app.command(
-    epilog=examples("grpo validate recipes/demo.yaml", "grpo validate my.yaml training.max_steps=20 lora.r=8"))
+@app.command(epilog=examples("grpo validate recipes/demo.yaml", "grpo validate my.yaml training.max_steps=20 lora.r=8"))
 def validate(recipe: RecipeArg, overrides: OverridesArg = None) -> None:
     """Check a recipe (with overrides) and print it with every default filled in."""
     import yaml
@@ -31,40 +30,67 @@ def validate(recipe: RecipeArg, overrides: OverridesArg = None) -> None:
 
 
 @app.command(
-    epilog=examples("grpo train recipes/demo.yaml|offline CPU demo", "grpo train my.yaml training.max_steps=50 lora.r=8",
-                    "grpo train my.yaml --resume|continue from the last whole checkpoint",
-                    "grpo train my.yaml --num-processes 8 --strategy zero3|8 GPUs through accelerate + DeepSpeed"))
+    epilog=examples(
+        "grpo train recipes/demo.yaml|offline CPU demo",
+        "grpo train my.yaml training.max_steps=50 lora.r=8",
+        "grpo train my.yaml --resume|continue from the last whole checkpoint",
+        "grpo train my.yaml --num-processes 8 --strategy zero3|8 GPUs through accelerate + DeepSpeed",
+    )
+)
 def train(
     recipe: RecipeArg,
     overrides: OverridesArg = None,
-    resume: Annotated[bool, typer.Option("--resume", help="Continue the run in output_dir from its last checkpoint.")] = False,
-    num_processes: Annotated[Optional[int], typer.Option("--num-processes", help="Processes (GPUs) through accelerate.")] = None,
-    strategy: Annotated[Optional[str], typer.Option("--strategy", help="ddp, fsdp, zero2 or zero3.")] = None,
-    accelerate_config: Annotated[Optional[Path], typer.Option("--accelerate-config", help="Your own accelerate config.")] = None,
+    resume: Annotated[
+        bool, typer.Option("--resume", help="Continue the run in output_dir from its last checkpoint.")
+    ] = False,
+    num_processes: Annotated[
+        int | None, typer.Option("--num-processes", help="Processes (GPUs) through accelerate.")
+    ] = None,
+    strategy: Annotated[str | None, typer.Option("--strategy", help="ddp, fsdp, zero2 or zero3.")] = None,
+    accelerate_config: Annotated[
+        Path | None, typer.Option("--accelerate-config", help="Your own accelerate config.")
+    ] = None,
 ) -> None:
     """Train with GRPO: validate the recipe, then run TRL's GRPOTrainer and save the result."""
     from grpo_cli.recipe.validation import load_recipe
     from grpo_cli.train.run import run
 
-    options = {"distributed.num_processes": num_processes, "distributed.strategy": strategy,
-               "distributed.accelerate_config": str(accelerate_config) if accelerate_config else None}
+    options = {
+        "distributed.num_processes": num_processes,
+        "distributed.strategy": strategy,
+        "distributed.accelerate_config": str(accelerate_config) if accelerate_config else None,
+    }
     with user_errors():
-        code = run(load_recipe(recipe, overrides, options=options), resume, echo=lambda line: typer.echo(line, err=True))
+        code = run(
+            load_recipe(recipe, overrides, options=options), resume, echo=lambda line: typer.echo(line, err=True)
+        )
     if code:
         raise typer.Exit(code)
 
 
 @app.command(
-    epilog=examples("grpo plan recipes/qwen2.5/1.5b_full.yaml --gpu 'RTX 4090'",
-                    "grpo plan my.yaml grpo.num_generations=16 --gpu 80GB --json", "grpo plan my.yaml --device cpu --ram 24GB"))
+    epilog=examples(
+        "grpo plan recipes/qwen2.5/1.5b_full.yaml --gpu 'RTX 4090'",
+        "grpo plan my.yaml grpo.num_generations=16 --gpu 80GB --json",
+        "grpo plan my.yaml --device cpu --ram 24GB",
+    )
+)
 def plan(
     recipe: RecipeArg,
     overrides: OverridesArg = None,
-    gpu: Annotated[Optional[str], typer.Option("--gpu", help="GPU memory (16GB) or name (RTX 4090, A100-80GB, H100).")] = None,
+    gpu: Annotated[
+        str | None, typer.Option("--gpu", help="GPU memory (16GB) or name (RTX 4090, A100-80GB, H100).")
+    ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the plan as JSON.")] = False,
-    device: Annotated[Optional[str], typer.Option("--device", help="cuda or cpu (default: cuda when a GPU is given "
-                                                  "or present, else cpu, planned as peak RSS against RAM).")] = None,
-    ram: Annotated[Optional[str], typer.Option("--ram", help="RAM for a CPU run (default: this machine's).")] = None,
+    device: Annotated[
+        str | None,
+        typer.Option(
+            "--device",
+            help="cuda or cpu (default: cuda when a GPU is given "
+            "or present, else cpu, planned as peak RSS against RAM).",
+        ),
+    ] = None,
+    ram: Annotated[str | None, typer.Option("--ram", help="RAM for a CPU run (default: this machine's).")] = None,
 ) -> None:
     """Estimate peak GPU memory before loading any weight: where it goes, whether it fits, what to change."""
     from rich.console import Console
@@ -84,15 +110,25 @@ def plan(
 
 
 @app.command(
-    epilog=examples("grpo preflight recipes/demo.yaml", "grpo preflight recipes/qwen2.5/0.5b_lora.yaml --gpu 24GB --json"))
+    epilog=examples(
+        "grpo preflight recipes/demo.yaml", "grpo preflight recipes/qwen2.5/0.5b_lora.yaml --gpu 24GB --json"
+    )
+)
 def preflight(
     recipe: RecipeArg,
     overrides: OverridesArg = None,
-    steps: Annotated[int, typer.Option("--steps", min=2, help="Real training steps to measure (the last one "
-                                       "measures the peak).")] = 2,
-    prompts: Annotated[Optional[int], typer.Option("--prompts", min=1, help="Prompts to sample for the learning "
-                                                   "signal (default: 8 groups and 64 completions at least).")] = None,
-    gpu: Annotated[Optional[str], typer.Option("--gpu", help="GPU memory (16GB) or name for the fit verdict.")] = None,
+    steps: Annotated[
+        int, typer.Option("--steps", min=2, help="Real training steps to measure (the last one measures the peak).")
+    ] = 2,
+    prompts: Annotated[
+        int | None,
+        typer.Option(
+            "--prompts",
+            min=1,
+            help="Prompts to sample for the learning signal (default: 8 groups and 64 completions at least).",
+        ),
+    ] = None,
+    gpu: Annotated[str | None, typer.Option("--gpu", help="GPU memory (16GB) or name for the fit verdict.")] = None,
     hours: Annotated[float, typer.Option("--hours", min=0.01, help="Advise when the run would take longer.")] = 24.0,
     as_json: Annotated[bool, typer.Option("--json", help="Print the figures as JSON.")] = False,
 ) -> None:
@@ -100,8 +136,8 @@ def preflight(
     from rich.console import Console
 
     from grpo_cli.preflight.run import run_preflight
-    from grpo_cli.progress import PhaseLines
     from grpo_cli.preflight.view import preflight_json, print_preflight
+    from grpo_cli.progress import PhaseLines
     from grpo_cli.quiet import quiet_libraries
     from grpo_cli.recipe.validation import load_recipe
 

@@ -4,9 +4,8 @@ and the JSON schema that editors check them against (`grpo schema`)."""
 from __future__ import annotations
 
 import json
-
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 
@@ -27,7 +26,9 @@ def recipes_list() -> None:
     Console(soft_wrap=True).print(recipes_table())
 
 
-@recipes_app.command("cp", epilog=examples("grpo recipes cp demo my_demo.yaml", "grpo recipes cp qwen2.5/0.5b_lora configs/"))
+@recipes_app.command(
+    "cp", epilog=examples("grpo recipes cp demo my_demo.yaml", "grpo recipes cp qwen2.5/0.5b_lora configs/")
+)
 def recipes_cp(
     name: Annotated[str, typer.Argument(help="Recipe name from `grpo recipes list`.")],
     dest: Annotated[Path, typer.Argument(help="File or existing directory to copy into.")],
@@ -43,7 +44,7 @@ def recipes_cp(
 
 @app.command(epilog=examples("grpo schema > grpo-recipe.schema.json", "grpo schema --output .vscode/grpo.schema.json"))
 def schema(
-    output: Annotated[Optional[Path], typer.Option("--output", "-o", help="Write to this file instead of stdout.")] = None,
+    output: Annotated[Path | None, typer.Option("--output", "-o", help="Write to this file instead of stdout.")] = None,
 ) -> None:
     """Print the recipe JSON schema, for editor completion and checking."""
     from grpo_cli.files import check_writable_file

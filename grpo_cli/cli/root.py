@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 
@@ -28,16 +28,16 @@ def entry() -> None:
     app(prog_name="grpo")
 
 
-
 def _version(value: bool) -> None:
     if value:
         typer.echo(f"grpo {__version__}")
         raise typer.Exit()
 
+
 @app.callback()
 def main(
     version: Annotated[
-        Optional[bool], typer.Option("--version", callback=_version, is_eager=True, help="Print the version and exit.")
+        bool | None, typer.Option("--version", callback=_version, is_eager=True, help="Print the version and exit.")
     ] = None,
 ) -> None:
     """Fine-tune language models with GRPO from YAML recipes."""

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 
@@ -16,28 +16,44 @@ RunDirArg = Annotated[Path, typer.Argument(help="Run directory written by `grpo 
 
 @app.command(
     "eval",
-    epilog=examples("grpo eval recipes/qwen2.5/0.5b_lora.yaml --limit 200|the base model",
-                    "grpo eval --run runs/qwen2.5-0.5b-lora|the trained adapter or model",
-                    "grpo eval --compare runs/qwen2.5-0.5b-lora --limit 500|base and trained on the same problems",
-                    "grpo eval --compare runs/b --base runs/a/eval/chat-test/base|reuse a base evaluation, same settings",
-                    "grpo eval --model HuggingFaceTB/SmolLM2-135M-Instruct --protocol lm-eval --data gsm8k/test.jsonl"))
+    epilog=examples(
+        "grpo eval recipes/qwen2.5/0.5b_lora.yaml --limit 200|the base model",
+        "grpo eval --run runs/qwen2.5-0.5b-lora|the trained adapter or model",
+        "grpo eval --compare runs/qwen2.5-0.5b-lora --limit 500|base and trained on the same problems",
+        "grpo eval --compare runs/b --base runs/a/eval/chat-test/base|reuse a base evaluation, same settings",
+        "grpo eval --model HuggingFaceTB/SmolLM2-135M-Instruct --protocol lm-eval --data gsm8k/test.jsonl",
+    ),
+)
 def evaluate(
-    recipe: Annotated[Optional[Path], typer.Argument(help="Recipe YAML (optional with --run, --compare or --model).",
-                                                     show_default=False)] = None,
+    recipe: Annotated[
+        Path | None, typer.Argument(help="Recipe YAML (optional with --run, --compare or --model).", show_default=False)
+    ] = None,
     overrides: OverridesArg = None,
-    run: Annotated[Optional[Path], typer.Option("--run", help="Evaluate the trained model of this run (or RUN/checkpoint-N).")] = None,
-    compare_run: Annotated[Optional[Path], typer.Option("--compare", help="Evaluate base and trained of this run (or RUN/checkpoint-N).")] = None,
-    base_dir: Annotated[Optional[Path], typer.Option(
-        "--base", help="With --compare: reuse (and continue) this base evaluation; its settings must match.")] = None,
-    model: Annotated[Optional[str], typer.Option("--model", help="Model hub id, directory or .gguf file.")] = None,
-    adapter: Annotated[Optional[Path], typer.Option("--adapter", help="LoRA adapter directory on top of the model.")] = None,
-    data: Annotated[Optional[str], typer.Option("--data", help="openai/gsm8k, a GSM8K-format .jsonl, or generated.")] = None,
-    split: Annotated[Optional[str], typer.Option("--split", help="Dataset split (default test).")] = None,
-    limit: Annotated[Optional[int], typer.Option("--limit", help="First N problems only.")] = None,
-    batch_size: Annotated[Optional[int], typer.Option("--batch-size", help="Prompts per generation batch.")] = None,
-    max_new_tokens: Annotated[Optional[int], typer.Option("--max-new-tokens", help="Generation budget.")] = None,
-    protocol: Annotated[Optional[str], typer.Option("--protocol", help="chat (default) or lm-eval.")] = None,
-    output: Annotated[Optional[Path], typer.Option("--output", help="Results directory (rerun it to continue).")] = None,
+    run: Annotated[
+        Path | None, typer.Option("--run", help="Evaluate the trained model of this run (or RUN/checkpoint-N).")
+    ] = None,
+    compare_run: Annotated[
+        Path | None, typer.Option("--compare", help="Evaluate base and trained of this run (or RUN/checkpoint-N).")
+    ] = None,
+    base_dir: Annotated[
+        Path | None,
+        typer.Option(
+            "--base", help="With --compare: reuse (and continue) this base evaluation; its settings must match."
+        ),
+    ] = None,
+    model: Annotated[str | None, typer.Option("--model", help="Model hub id, directory or .gguf file.")] = None,
+    adapter: Annotated[
+        Path | None, typer.Option("--adapter", help="LoRA adapter directory on top of the model.")
+    ] = None,
+    data: Annotated[
+        str | None, typer.Option("--data", help="openai/gsm8k, a GSM8K-format .jsonl, or generated.")
+    ] = None,
+    split: Annotated[str | None, typer.Option("--split", help="Dataset split (default test).")] = None,
+    limit: Annotated[int | None, typer.Option("--limit", help="First N problems only.")] = None,
+    batch_size: Annotated[int | None, typer.Option("--batch-size", help="Prompts per generation batch.")] = None,
+    max_new_tokens: Annotated[int | None, typer.Option("--max-new-tokens", help="Generation budget.")] = None,
+    protocol: Annotated[str | None, typer.Option("--protocol", help="chat (default) or lm-eval.")] = None,
+    output: Annotated[Path | None, typer.Option("--output", help="Results directory (rerun it to continue).")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the summary as JSON.")] = False,
 ) -> None:
     """GSM8K held-out accuracy of a base model or a trained run, with intervals; resumable."""
@@ -49,8 +65,14 @@ def evaluate(
     overrides = list(overrides or [])
     if recipe is not None and "=" in str(recipe) and not recipe.exists():  # only overrides were given
         recipe, overrides = None, [str(recipe), *overrides]
-    options = {"eval.source": data, "eval.split": split, "eval.limit": limit, "eval.batch_size": batch_size,
-               "eval.max_new_tokens": max_new_tokens, "eval.protocol": protocol}
+    options = {
+        "eval.source": data,
+        "eval.split": split,
+        "eval.limit": limit,
+        "eval.batch_size": batch_size,
+        "eval.max_new_tokens": max_new_tokens,
+        "eval.protocol": protocol,
+    }
     request = EvalRequest(recipe, overrides, run, compare_run, base_dir, model, adapter, options, output)
     console = Console(stderr=as_json)
     with user_errors():
@@ -64,7 +86,9 @@ def evaluate(
 @app.command(epilog=examples("grpo report runs/demo", "grpo report runs/demo --output demo.png"))
 def report(
     run_dir: RunDirArg,
-    output: Annotated[Optional[Path], typer.Option("--output", "-o", help="PNG path (default RUN_DIR/report.png).")] = None,
+    output: Annotated[
+        Path | None, typer.Option("--output", "-o", help="PNG path (default RUN_DIR/report.png).")
+    ] = None,
 ) -> None:
     """Plot a run's reward (total and per reward), KL and completion length against step."""
     from grpo_cli.runs.report import plot_run

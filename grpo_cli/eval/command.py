@@ -40,8 +40,11 @@ def run_eval(request: EvalRequest, display=None) -> EvalOutcome:
     """Check everything that needs no model first, then evaluate; the run's model card is refreshed after."""
     recipe = _load(request)
     skip_unused_bitsandbytes(recipe)
-    base = Target("base" if request.adapter is None else "adapter", recipe.model.name,
-                     str(request.adapter) if request.adapter else None)
+    base = Target(
+        "base" if request.adapter is None else "adapter",
+        recipe.model.name,
+        str(request.adapter) if request.adapter else None,
+    )
     run_dir = request.compare_run or request.run
     if request.compare_run is not None:
         root = request.output or default_output(recipe.eval, base, request.compare_run)
@@ -85,14 +88,18 @@ def _load(request: EvalRequest) -> Recipe:
     if request.base_dir is not None and request.compare_run is None:
         raise UserError("--base names the base evaluation that --compare reuses; give --compare RUN_DIR too")
     if request.base_dir is not None and not (request.base_dir / SETTINGS_FILE).is_file():
-        raise UserError(f"{request.base_dir} holds no evaluation (no {SETTINGS_FILE}); run the base once with --output "
-                        f"{request.base_dir}, or leave out --base")
+        raise UserError(
+            f"{request.base_dir} holds no evaluation (no {SETTINGS_FILE}); run the base once with --output "
+            f"{request.base_dir}, or leave out --base"
+        )
     if request.recipe is not None:
         return load_recipe(request.recipe, request.overrides, options=options, scope="eval")
     if run_dir is not None:
         recipe_file = (run_dir.parent if is_checkpoint(run_dir) else run_dir) / RECIPE_FILE
         if not recipe_file.is_file():
-            raise UserError(f"{run_dir} is not a run directory (no {RECIPE_FILE}); give the run written by grpo train "
-                            "or one of its checkpoint-N folders")
+            raise UserError(
+                f"{run_dir} is not a run directory (no {RECIPE_FILE}); give the run written by grpo train "
+                "or one of its checkpoint-N folders"
+            )
         return load_recipe(recipe_file, request.overrides, options=options, scope="eval")
     return load_recipe(None, request.overrides, options=options, scope="eval")

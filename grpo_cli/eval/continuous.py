@@ -3,7 +3,7 @@ and the next prompt takes its place."""
 
 from __future__ import annotations
 
-from typing import Iterator
+from collections.abc import Iterator
 
 from grpo_cli.eval.generation import Generated, HFGenerator, Prompt, longest_first, sort_texts
 
@@ -27,8 +27,12 @@ class ContinuousGenerator(HFGenerator):
         self.eos_id = self.tokenizer.eos_token_id
         self.longest_stop = max((len(s) for s in self.stops if s), default=0)
 
-    def generate(self, prompts: list[Prompt], batch_size: int, budgets: list[int] | None = None,
-                 ) -> Iterator[list[Generated]]:
+    def generate(
+        self,
+        prompts: list[Prompt],
+        batch_size: int,
+        budgets: list[int] | None = None,
+    ) -> Iterator[list[Generated]]:
         import torch
 
         budgets = budgets or [self.max_new_tokens] * len(prompts)
@@ -45,33 +49,51 @@ class ContinuousGenerator(HFGenerator):
                     self._step(running)
                 done = running.pop_finished()
                 if done:
-                    yield [Generated(row.index, self._text(row.tokens), len(row.tokens), row.tokens, row.stopped)
-                           for row in done]
+                    yield [
+                        Generated(row.index, self._text(row.tokens), len(row.tokens), row.tokens, row.stopped)
+                        for row in done
+                    ]
 
-    def _prefill(self, group: list[int], prompts: list[Prompt], budgets: list[int]) -> "_Batch":
+    def _prefill(self, group: list[int], prompts: list[Prompt], budgets: list[int]) -> _Batch:
         from transformers import DynamicCache
 
         ids, mask = self._encode([prompts[i] for i in group])
         positions = (mask.cumsum(-1) - 1).clamp(min=0)  # what `generate` passes for left-padded rows
         cache = DynamicCache(config=self.model.config)
-        logits = self.model(input_ids=ids, attention_mask=mask, position_ids=positions, past_key_values=cache,
-                            use_cache=True, logits_to_keep=1).logits[:, -1, :]
-        batch = _Batch(cache=cache, mask=mask, next_position=mask.sum(-1),
-                       rows=[_Row(i, budgets[i]) for i in group], last=logits.argmax(-1))
+        logits = self.model(
+            input_ids=ids,
+            attention_mask=mask,
+            position_ids=positions,
+            past_key_values=cache,
+            use_cache=True,
+            logits_to_keep=1,
+        ).logits[:, -1, :]
+        batch = _Batch(
+            cache=cache,
+            mask=mask,
+            next_position=mask.sum(-1),
+            rows=[_Row(i, budgets[i]) for i in group],
+            last=logits.argmax(-1),
+        )
         self._record(batch)
         return batch
 
-    def _step(self, batch: "_Batch") -> None:
+    def _step(self, batch: _Batch) -> None:
         import torch
 
         mask = torch.cat([batch.mask, batch.mask.new_ones(len(batch.rows), 1)], dim=1)
-        logits = self.model(input_ids=batch.last[:, None], attention_mask=mask,
-                            position_ids=batch.next_position[:, None], past_key_values=batch.cache,
-                            use_cache=True, logits_to_keep=1).logits[:, -1, :]
+        logits = self.model(
+            input_ids=batch.last[:, None],
+            attention_mask=mask,
+            position_ids=batch.next_position[:, None],
+            past_key_values=batch.cache,
+            use_cache=True,
+            logits_to_keep=1,
+        ).logits[:, -1, :]
         batch.mask, batch.next_position, batch.last = mask, batch.next_position + 1, logits.argmax(-1)
         self._record(batch)
 
-    def _record(self, batch: "_Batch") -> None:
+    def _record(self, batch: _Batch) -> None:
         """Append each row's new token and decide whether the row is finished."""
         for row, token in zip(batch.rows, batch.last.tolist()):
             if token == self.eos_id:
@@ -100,7 +122,7 @@ class _Batch:
         self.cache, self.mask, self.next_position, self.last = cache, mask, next_position, last
         self.rows: list[_Row] = rows or []
 
-    def join(self, other: "_Batch") -> None:
+    def join(self, other: _Batch) -> None:
         import torch
         import torch.nn.functional as F
 
@@ -114,8 +136,10 @@ class _Batch:
                 a = F.pad(a, (0, 0, width - a.shape[-2], 0))
                 b = F.pad(b, (0, 0, width - b.shape[-2], 0))
                 setattr(mine, name, torch.cat([a, b], dim=0))
-        self.mask = torch.cat([F.pad(self.mask, (width - self.mask.shape[1], 0)),
-                               F.pad(other.mask, (width - other.mask.shape[1], 0))], dim=0)
+        self.mask = torch.cat(
+            [F.pad(self.mask, (width - self.mask.shape[1], 0)), F.pad(other.mask, (width - other.mask.shape[1], 0))],
+            dim=0,
+        )
         self.next_position = torch.cat([self.next_position, other.next_position])
         self.last = torch.cat([self.last, other.last])
         self.rows += other.rows
@@ -126,8 +150,9 @@ class _Batch:
         done = [row for row in self.rows if row.finished]
         if not done:
             return []
-        keep = torch.tensor([k for k, row in enumerate(self.rows) if not row.finished], dtype=torch.long,
-                            device=self.mask.device)
+        keep = torch.tensor(
+            [k for k, row in enumerate(self.rows) if not row.finished], dtype=torch.long, device=self.mask.device
+        )
         self.rows = [row for row in self.rows if not row.finished]
         if self.rows:
             # Columns that are padding for every remaining row are dropped, so the cache does not keep growing.

@@ -23,12 +23,12 @@ from typing import Any
 from grpo_cli.eval.problems import chat_prompts, fewshot_pool, lm_eval_prompts, load_problems
 from grpo_cli.eval.scoring import FILTERS, behaviour, score, summarize
 from grpo_cli.eval.stats import paired_difference
-from grpo_cli.tools.loop import tool_summary
 from grpo_cli.eval.store import PredictionStore
 from grpo_cli.eval.targets import Target
 from grpo_cli.recipe.eval_section import EvalSection
 from grpo_cli.recipe.schema import Recipe
 from grpo_cli.runs.layout import COMPARISON_FILE, SUMMARY_FILE
+from grpo_cli.tools.loop import tool_summary
 
 LM_EVAL_STOPS = ["Question:", "</s>", "<|im_end|>"]  # gsm8k.yaml `until`; the tokenizer's EOS is added
 DEFAULT_MAX_NEW_TOKENS = {"chat": 512, "lm-eval": 256}
@@ -51,15 +51,33 @@ def settings_of(recipe: Recipe, target: Target, compute_dtype: str | None = None
     settings without the key, and those still match a folder whose settings lack it."""
     ev = recipe.eval
     return {
-        "model": target.model, "adapter": target.adapter, "dtype": recipe.model.dtype,
+        "model": target.model,
+        "adapter": target.adapter,
+        "dtype": recipe.model.dtype,
         **({"compute_dtype": compute_dtype} if compute_dtype not in (None, recipe.model.dtype) else {}),
-        "source": ev.source, "config": ev.config, "split": ev.split, "protocol": ev.protocol,
+        "source": ev.source,
+        "config": ev.config,
+        "split": ev.split,
+        "protocol": ev.protocol,
         "max_new_tokens": max_new_tokens(ev),
-        **({"tools": [t.name for t in recipe.tools], "max_tool_calling_iterations": recipe.grpo.max_tool_calling_iterations,
-            **({"environment": recipe.environment.model_dump()} if recipe.environment else {})} if uses_tools(recipe) else {}),
-        **({"num_fewshot": ev.num_fewshot, "fewshot_source": ev.fewshot_source, "fewshot_seed": ev.fewshot_seed}
-           if ev.protocol == "lm-eval" else {"system_prompt": recipe.data.system_prompt, "chat": recipe.data.chat,
-                 **({"answer_marker": recipe.data.answer_marker} if recipe.data.answer_marker != "tag" else {})}),
+        **(
+            {
+                "tools": [t.name for t in recipe.tools],
+                "max_tool_calling_iterations": recipe.grpo.max_tool_calling_iterations,
+                **({"environment": recipe.environment.model_dump()} if recipe.environment else {}),
+            }
+            if uses_tools(recipe)
+            else {}
+        ),
+        **(
+            {"num_fewshot": ev.num_fewshot, "fewshot_source": ev.fewshot_source, "fewshot_seed": ev.fewshot_seed}
+            if ev.protocol == "lm-eval"
+            else {
+                "system_prompt": recipe.data.system_prompt,
+                "chat": recipe.data.chat,
+                **({"answer_marker": recipe.data.answer_marker} if recipe.data.answer_marker != "tag" else {}),
+            }
+        ),
     }
 
 
@@ -89,16 +107,28 @@ def evaluate(recipe: Recipe, target: Target, output: Path, display=None) -> Eval
         else:
             stream = generator.generate(chat_prompts(todo, recipe, tokenizer), ev.batch_size)
         if display:
-            display.start(target.label, len(problems), done=[store.records[p.index] for p in problems
-                                                             if p.index in store.records], unscorable=unscorable)
+            display.start(
+                target.label,
+                len(problems),
+                done=[store.records[p.index] for p in problems if p.index in store.records],
+                unscorable=unscorable,
+            )
         started = time.perf_counter()
         for batch in stream:
             records = []
             for item in batch:
                 problem = todo[item.index]
-                records.append({"index": problem.index, "question": problem.question, "gold": problem.gold,
-                                "completion": item.text, **score(ev.protocol, item.text, problem, recipe.data.answer_marker),
-                                "new_tokens": item.new_tokens, **getattr(item, "extra", {})})
+                records.append(
+                    {
+                        "index": problem.index,
+                        "question": problem.question,
+                        "gold": problem.gold,
+                        "completion": item.text,
+                        **score(ev.protocol, item.text, problem, recipe.data.answer_marker),
+                        "new_tokens": item.new_tokens,
+                        **getattr(item, "extra", {}),
+                    }
+                )
                 new_tokens += getattr(item, "model_tokens", item.new_tokens)
             store.add(records)
             if display:
@@ -107,10 +137,15 @@ def evaluate(recipe: Recipe, target: Target, output: Path, display=None) -> Eval
         if display:
             display.stop()
     scored = [store.records[p.index] for p in problems]
-    summary = {"target": target.label, "model": target.model, "adapter": target.adapter, "protocol": ev.protocol,
-               "max_new_tokens": max_new_tokens(ev),
-               "data": {"source": ev.source, "split": ev.split, "limit": ev.limit, "unscorable": unscorable},
-               **summarize(scored, wall, len(todo), new_tokens, max_new_tokens(ev))}
+    summary = {
+        "target": target.label,
+        "model": target.model,
+        "adapter": target.adapter,
+        "protocol": ev.protocol,
+        "max_new_tokens": max_new_tokens(ev),
+        "data": {"source": ev.source, "split": ev.split, "limit": ev.limit, "unscorable": unscorable},
+        **summarize(scored, wall, len(todo), new_tokens, max_new_tokens(ev)),
+    }
     tools = tool_summary(scored)
     if tools is not None:
         summary["tools"] = tools
@@ -133,10 +168,23 @@ def _tool_stream(recipe: Recipe, generator, tokenizer, todo: list):
 
     check_tool_template(tokenizer, recipe.model.name)
     environment = guarded_environment(recipe.environment) if recipe.environment is not None else None
-    loop = ToolLoop(generator, tokenizer, guarded_tools(recipe.tools), environment, max_new_tokens(recipe.eval),
-                    recipe.grpo.max_tool_calling_iterations)
-    examples = [{"index": k, "prompt": build_prompt(p.question, recipe.data.system_prompt, True), "question": p.question,
-                 "answer": p.gold} for k, p in enumerate(todo)]
+    loop = ToolLoop(
+        generator,
+        tokenizer,
+        guarded_tools(recipe.tools),
+        environment,
+        max_new_tokens(recipe.eval),
+        recipe.grpo.max_tool_calling_iterations,
+    )
+    examples = [
+        {
+            "index": k,
+            "prompt": build_prompt(p.question, recipe.data.system_prompt, True),
+            "question": p.question,
+            "answer": p.gold,
+        }
+        for k, p in enumerate(todo)
+    ]
     return loop.run(examples, recipe.eval.batch_size)
 
 
@@ -173,8 +221,15 @@ def _generator(recipe: Recipe, target: Target, budget: int):
     stops = LM_EVAL_STOPS if recipe.eval.protocol == "lm-eval" else []
     dtype = compute_dtype(recipe)
     if vllm_available() and recipe.quantization is None and not uses_tools(recipe):  # the tool loop needs token ids
-        return VLLMGenerator(resolve_model_path(recipe.model.name), tokenizer, budget, stops, dtype,
-                             target.adapter, recipe.model.trust_remote_code), tokenizer
+        return VLLMGenerator(
+            resolve_model_path(recipe.model.name),
+            tokenizer,
+            budget,
+            stops,
+            dtype,
+            target.adapter,
+            recipe.model.trust_remote_code,
+        ), tokenizer
     narrower = dtype != recipe.model.dtype
     model = load_model(recipe.model_copy(update={"model": recipe.model.model_copy(update={"dtype": dtype})}))
     if target.adapter:
@@ -205,9 +260,11 @@ def compare(base: EvalResult, trained: EvalResult, output: Path) -> dict[str, An
     for name in FILTERS:
         before = [bool(base.records[i]["correct"][name]) for i in common]
         after = [bool(trained.records[i]["correct"][name]) for i in common]
-        result["filters"][name] = {"base": sum(before) / len(common) if common else 0.0,
-                                   "trained": sum(after) / len(common) if common else 0.0,
-                                   **paired_difference(before, after)}
+        result["filters"][name] = {
+            "base": sum(before) / len(common) if common else 0.0,
+            "trained": sum(after) / len(common) if common else 0.0,
+            **paired_difference(before, after),
+        }
     for label, side in (("base", base), ("trained", trained)):
         result[label + "_behaviour"] = behaviour([side.records[i] for i in common], side.summary.get("max_new_tokens"))
     output.mkdir(parents=True, exist_ok=True)

@@ -8,8 +8,8 @@ out-of-memory shows up in the first batch, not after an hour). A sequence stops 
 from __future__ import annotations
 
 import importlib.util
+from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Iterator
 
 # A prompt is text, or token ids (the tool loop continues a conversation from its exact tokens).
 Prompt = str | list[int]
@@ -86,8 +86,12 @@ class HFGenerator:
             ids, mask = ids[:, -self.max_context :], mask[:, -self.max_context :]
         return ids.to(self.model.device), mask.to(self.model.device)
 
-    def generate(self, prompts: list[Prompt], batch_size: int, budgets: list[int] | None = None,
-                 ) -> Iterator[list[Generated]]:
+    def generate(
+        self,
+        prompts: list[Prompt],
+        batch_size: int,
+        budgets: list[int] | None = None,
+    ) -> Iterator[list[Generated]]:
         """Yields one list per batch, in batch order (callers record results as they come). `budgets`: new tokens
         per prompt, when they differ (default: max_new_tokens for all)."""
         import torch
@@ -101,7 +105,9 @@ class HFGenerator:
                     attention_mask=attention_mask,
                     max_new_tokens=max(budgets[i] for i in batch),
                     do_sample=False,
-                    temperature=None, top_p=None, top_k=None,  # greedy: silence sampling defaults from the config
+                    temperature=None,
+                    top_p=None,
+                    top_k=None,  # greedy: silence sampling defaults from the config
                     stop_strings=[s for s in self.stops if s] or None,
                     tokenizer=self.tokenizer,
                     pad_token_id=self.tokenizer.pad_token_id,
@@ -129,12 +135,25 @@ class HFGenerator:
 class VLLMGenerator:
     """vLLM on CUDA: continuous batching, so the batch size is vLLM's business, not ours."""
 
-    def __init__(self, model_path: str, tokenizer, max_new_tokens: int, stops: list[str], dtype: str,
-                 adapter: str | None = None, trust_remote_code: bool = False):
+    def __init__(
+        self,
+        model_path: str,
+        tokenizer,
+        max_new_tokens: int,
+        stops: list[str],
+        dtype: str,
+        adapter: str | None = None,
+        trust_remote_code: bool = False,
+    ):
         from vllm import LLM, SamplingParams
 
-        self.llm = LLM(model=model_path, tokenizer=model_path, dtype=dtype, enable_lora=adapter is not None,
-                       trust_remote_code=trust_remote_code)
+        self.llm = LLM(
+            model=model_path,
+            tokenizer=model_path,
+            dtype=dtype,
+            enable_lora=adapter is not None,
+            trust_remote_code=trust_remote_code,
+        )
         self.params = SamplingParams(temperature=0.0, max_tokens=max_new_tokens, stop=[s for s in stops if s])
         self.adapter = adapter
         self.tokenizer = tokenizer
@@ -149,4 +168,7 @@ class VLLMGenerator:
         chunk = max(batch_size, 256)
         for start in range(0, len(prompts), chunk):
             outputs = self.llm.generate(prompts[start : start + chunk], self.params, lora_request=lora, use_tqdm=False)
-            yield [Generated(start + k, out.outputs[0].text, len(out.outputs[0].token_ids)) for k, out in enumerate(outputs)]
+            yield [
+                Generated(start + k, out.outputs[0].text, len(out.outputs[0].token_ids))
+                for k, out in enumerate(outputs)
+            ]

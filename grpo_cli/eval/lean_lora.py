@@ -30,7 +30,10 @@ def lean_lora(model, dtype):
                 continue
             name = names[0]
             dropout = module.lora_dropout[name]
-            if not (isinstance(dropout, torch.nn.Identity) or (isinstance(dropout, torch.nn.Dropout) and not dropout.training)):
+            if not (
+                isinstance(dropout, torch.nn.Identity)
+                or (isinstance(dropout, torch.nn.Dropout) and not dropout.training)
+            ):
                 continue  # a dropout that would act (training mode): PEFT's forward applies it
             a = module.lora_A[name].weight.to(dtype)
             b = (module.lora_B[name].weight * module.scaling[name]).to(dtype)

@@ -27,23 +27,31 @@ class Problem:
     gold: str  # the number after ####
 
 
-
 def load_problems(ev: EvalSection) -> tuple[list[Problem], int]:
     """The first `limit` problems of the split, in the split's order (so every model sees the same ones), and how
     many of them were left out because they cannot be scored (no question, or no number after `####`)."""
     rows = load_rows(ev.source, ev.config, ev.split, ev.limit, seed=GENERATED_TEST_SEED, key="eval.source (--data)")
     missing = [c for c in ("question", "answer") if c not in rows.column_names]
     if missing:
-        raise UserError(f"evaluation data needs GSM8K's `question` and `answer` fields; it has: "
-                        f"{', '.join(rows.column_names)}", path="eval.source")
+        raise UserError(
+            f"evaluation data needs GSM8K's `question` and `answer` fields; it has: {', '.join(rows.column_names)}",
+            path="eval.source",
+        )
     count = len(rows) if ev.limit is None else min(ev.limit, len(rows))
-    problems = [Problem(i, str(r["question"]), str(r["answer"]), gsm8k_gold(str(r["answer"])))
-                for i, r in enumerate(rows.select(range(count)))
-                if isinstance(r["question"], str) and r["question"].strip() and r["answer"] is not None
-                and to_number(gsm8k_gold(str(r["answer"]))) is not None]
+    problems = [
+        Problem(i, str(r["question"]), str(r["answer"]), gsm8k_gold(str(r["answer"])))
+        for i, r in enumerate(rows.select(range(count)))
+        if isinstance(r["question"], str)
+        and r["question"].strip()
+        and r["answer"] is not None
+        and to_number(gsm8k_gold(str(r["answer"]))) is not None
+    ]
     if not problems:
-        raise UserError(f"none of the {count} problems can be scored (each needs a question and a number after "
-                        "`####` in its answer)", path="eval.source")
+        raise UserError(
+            f"none of the {count} problems can be scored (each needs a question and a number after "
+            "`####` in its answer)",
+            path="eval.source",
+        )
     return problems, count - len(problems)
 
 
@@ -57,12 +65,20 @@ def fewshot_pool(ev: EvalSection) -> list[dict[str, Any]]:
         else:
             sibling = local.with_name(re.sub(r"test", "train", local.name))
             if sibling == local or not sibling.is_file():
-                raise UserError(f"the lm-eval protocol needs few-shot examples: no train file beside {local}; "
-                                "set eval.fewshot_source=path/to/train.jsonl (or eval.num_fewshot=0)",
-                                path="eval.fewshot_source")
+                raise UserError(
+                    f"the lm-eval protocol needs few-shot examples: no train file beside {local}; "
+                    "set eval.fewshot_source=path/to/train.jsonl (or eval.num_fewshot=0)",
+                    path="eval.fewshot_source",
+                )
             source = str(sibling)
-    rows = load_rows(source, ev.config, "train", 1000 if source == GENERATED else None, seed=GENERATED_FEWSHOT_SEED,
-                     key="eval.fewshot_source")
+    rows = load_rows(
+        source,
+        ev.config,
+        "train",
+        1000 if source == GENERATED else None,
+        seed=GENERATED_FEWSHOT_SEED,
+        key="eval.fewshot_source",
+    )
     return [dict(r) for r in rows]
 
 
@@ -82,5 +98,7 @@ def lm_eval_prompts(problems: list[Problem], pool: list[dict[str, Any]], num_few
 
 def chat_prompts(problems: list[Problem], recipe: Recipe, tokenizer) -> list[str]:
     """The training prompt: the recipe's system prompt, through the chat template (or plain text)."""
-    return [render_prompt(tokenizer, build_prompt(p.question, recipe.data.system_prompt, recipe.data.chat))
-            for p in problems]
+    return [
+        render_prompt(tokenizer, build_prompt(p.question, recipe.data.system_prompt, recipe.data.chat))
+        for p in problems
+    ]

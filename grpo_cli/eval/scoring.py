@@ -7,8 +7,14 @@ from typing import Any
 from grpo_cli.eval.problems import Problem
 from grpo_cli.eval.stats import wilson_interval
 from rewards.answers import (
-    LM_EVAL_FALLBACK, LM_EVAL_FLEXIBLE, LM_EVAL_STRICT, extract_answer, lm_eval_exact_match, marked_answer,
-    numbers_equal, regex_filter,
+    LM_EVAL_FALLBACK,
+    LM_EVAL_FLEXIBLE,
+    LM_EVAL_STRICT,
+    extract_answer,
+    lm_eval_exact_match,
+    marked_answer,
+    numbers_equal,
+    regex_filter,
 )
 
 FILTERS = ("strict-match", "flexible-extract")
@@ -19,20 +25,22 @@ def score(protocol: str, completion: str, problem: Problem, marker: str = "tag")
 
     `marker` (chat protocol): how the recipe's system prompt asked the model to mark its answer."""
     if protocol == "lm-eval":
-        extracted = {"strict-match": regex_filter(completion, LM_EVAL_STRICT),
-                     "flexible-extract": regex_filter(completion, LM_EVAL_FLEXIBLE, group_select=-1)}
+        extracted = {
+            "strict-match": regex_filter(completion, LM_EVAL_STRICT),
+            "flexible-extract": regex_filter(completion, LM_EVAL_FLEXIBLE, group_select=-1),
+        }
         correct = {name: lm_eval_exact_match(value, problem.answer) for name, value in extracted.items()}
         formatted = extracted["strict-match"] != LM_EVAL_FALLBACK
     else:
-        extracted = {"strict-match": marked_answer(completion, marker),
-                     "flexible-extract": extract_answer(completion)}
+        extracted = {"strict-match": marked_answer(completion, marker), "flexible-extract": extract_answer(completion)}
         correct = {name: numbers_equal(value, problem.gold) for name, value in extracted.items()}
         formatted = extracted["strict-match"] is not None
     return {"extracted": extracted, "correct": correct, "formatted": formatted}
 
 
-def summarize(records: list[dict[str, Any]], wall_s: float, new_problems: int, new_tokens: int,
-              budget: int) -> dict[str, Any]:
+def summarize(
+    records: list[dict[str, Any]], wall_s: float, new_problems: int, new_tokens: int, budget: int
+) -> dict[str, Any]:
     """Accuracy per filter with its interval, how often the format was followed, completion length and the share cut
     at the token budget (the engines stop a row at end-of-sequence without counting it, so reaching the budget means
     the model was still writing)."""
@@ -47,9 +55,13 @@ def summarize(records: list[dict[str, Any]], wall_s: float, new_problems: int, n
         "filters": filters,
         **behaviour(records, budget),
         # Throughput of this invocation's generation only (a resumed run does not count earlier sessions).
-        "session": {"problems": new_problems, "generated_tokens": new_tokens, "wall_s": round(wall_s, 3),
-                    "problems_per_s": new_problems / wall_s if wall_s > 0 else None,
-                    "tokens_per_s": new_tokens / wall_s if wall_s > 0 else None},
+        "session": {
+            "problems": new_problems,
+            "generated_tokens": new_tokens,
+            "wall_s": round(wall_s, 3),
+            "problems_per_s": new_problems / wall_s if wall_s > 0 else None,
+            "tokens_per_s": new_tokens / wall_s if wall_s > 0 else None,
+        },
     }
 
 
@@ -57,8 +69,10 @@ def behaviour(records: list[dict[str, Any]], budget: int | None) -> dict[str, fl
     """How often the format was followed, mean completion length, and the share cut at the token budget (left out
     when the budget is unknown: a summary without `max_new_tokens`)."""
     n = len(records)
-    result = {"format_rate": sum(bool(r["formatted"]) for r in records) / n if n else 0.0,
-              "mean_new_tokens": sum(r["new_tokens"] for r in records) / n if n else 0.0}
+    result = {
+        "format_rate": sum(bool(r["formatted"]) for r in records) / n if n else 0.0,
+        "mean_new_tokens": sum(r["new_tokens"] for r in records) / n if n else 0.0,
+    }
     if budget:
         result["cut_rate"] = sum(r["new_tokens"] >= budget for r in records) / n if n else 0.0
     return result

@@ -23,8 +23,10 @@ def refuse_foreign(directory: Path, own: set[str], what: str) -> None:
         raise UserError(f"{directory} is a file, not a directory; choose another --output")
     foreign = sorted(p.name for p in directory.iterdir() if p.name not in own) if directory.is_dir() else []
     if foreign:
-        raise UserError(f"{directory} holds files {what} did not write ({', '.join(foreign[:3])}); nothing was "
-                        "changed: choose another --output (an empty or new directory)")
+        raise UserError(
+            f"{directory} holds files {what} did not write ({', '.join(foreign[:3])}); nothing was "
+            "changed: choose another --output (an empty or new directory)"
+        )
 
 
 class PredictionStore:
@@ -36,15 +38,19 @@ class PredictionStore:
         refuse_foreign(directory, OWN_FILES, "grpo eval")
         settings_file = directory / SETTINGS_FILE
         if directory.is_dir() and any(directory.iterdir()) and not settings_file.is_file():
-            raise UserError(f"{directory} holds {', '.join(sorted(p.name for p in directory.iterdir()))} but no "
-                            f"{SETTINGS_FILE}, so it is not an evaluation grpo can continue; choose another --output")
+            raise UserError(
+                f"{directory} holds {', '.join(sorted(p.name for p in directory.iterdir()))} but no "
+                f"{SETTINGS_FILE}, so it is not an evaluation grpo can continue; choose another --output"
+            )
         if settings_file.is_file():
             previous = _read_settings(settings_file)
             changed = [k for k in sorted(set(previous) | set(settings)) if not _same(previous.get(k), settings.get(k))]
             if changed:
                 detail = "; ".join(f"{k}: {previous.get(k)!r} there, {settings.get(k)!r} now" for k in changed[:3])
-                raise UserError(f"{directory} holds an evaluation with other settings ({detail}); "
-                                "choose another --output, or delete that directory to start over")
+                raise UserError(
+                    f"{directory} holds an evaluation with other settings ({detail}); "
+                    "choose another --output, or delete that directory to start over"
+                )
         self.records, self._good_bytes = self._read()
         try:
             directory.mkdir(parents=True, exist_ok=True)
@@ -65,8 +71,10 @@ class PredictionStore:
                 break
             record = _record(line)
             if record is None:
-                raise UserError(f"line {number} of {self.path} is not a grpo eval record; the file was left as it "
-                                "is: choose another --output")
+                raise UserError(
+                    f"line {number} of {self.path} is not a grpo eval record; the file was left as it "
+                    "is: choose another --output"
+                )
             records[record["index"]] = record
             good_bytes += len(line)
         return records, good_bytes
@@ -112,4 +120,3 @@ def _same(previous: Any, now: Any) -> bool:
     if isinstance(previous, str) and isinstance(now, str) and os.path.exists(previous) and os.path.exists(now):
         return os.path.samefile(previous, now)
     return False
-

@@ -51,5 +51,7 @@ def run_target(run_dir: Path, recipe: Recipe) -> Target:
         return Target("trained", str(weights))
     if weights == run_dir:
         raise UserError(f"{run_dir} holds neither a LoRA adapter nor full model weights")
-    raise UserError(f"{run_dir} has no finished model in {weights}: finish it with `grpo train RECIPE --resume`, "
-                    f"or evaluate a checkpoint with --run {run_dir}/checkpoint-N")
+    raise UserError(
+        f"{run_dir} has no finished model in {weights}: finish it with `grpo train RECIPE --resume`, "
+        f"or evaluate a checkpoint with --run {run_dir}/checkpoint-N"
+    )

@@ -9,8 +9,8 @@ from rich.progress import Progress
 from rich.table import Table
 
 from grpo_cli.eval.scoring import FILTERS
-from grpo_cli.runs.layout import PREDICTIONS_FILE
 from grpo_cli.progress import progress_bar
+from grpo_cli.runs.layout import PREDICTIONS_FILE
 
 
 class EvalDisplay:
@@ -23,8 +23,10 @@ class EvalDisplay:
     def start(self, label: str, total: int, done: list[dict[str, Any]], unscorable: int = 0) -> None:
         self.label, self.total = label, total
         if unscorable:
-            self.console.print(f"{label}: left out {unscorable} problem(s) that cannot be scored (no question, or no "
-                               "number after `####` in the answer)")
+            self.console.print(
+                f"{label}: left out {unscorable} problem(s) that cannot be scored (no question, or no "
+                "number after `####` in the answer)"
+            )
         self.scored = len(done)
         self.correct = {name: sum(bool(r["correct"][name]) for r in done) for name in FILTERS}
         self.new = 0
@@ -41,8 +43,10 @@ class EvalDisplay:
         for name in FILTERS:
             self.correct[name] += sum(bool(r["correct"][name]) for r in records)
         rate = self.new / elapsed_s if elapsed_s > 0 else 0.0
-        stats = (f"{rate:.2f} problems/s  acc strict {self.correct['strict-match'] / self.scored:.3f}  "
-                 f"flexible {self.correct['flexible-extract'] / self.scored:.3f}")
+        stats = (
+            f"{rate:.2f} problems/s  acc strict {self.correct['strict-match'] / self.scored:.3f}  "
+            f"flexible {self.correct['flexible-extract'] / self.scored:.3f}"
+        )
         if self.progress:
             self.progress.update(self.task, completed=self.scored, stats=stats)
         else:
@@ -64,14 +68,22 @@ def summary_table(summary: dict[str, Any]) -> Table:
     for column in ("filter", "accuracy", "95% interval (Wilson)", "correct"):
         table.add_column(column, justify="left" if column == "filter" else "right")
     for name, f in summary["filters"].items():
-        table.add_row(name, _pct(f["accuracy"]), f"{_pct(f['ci95'][0])} - {_pct(f['ci95'][1])}",
-                      f"{f['correct']}/{summary['problems']}")
+        table.add_row(
+            name,
+            _pct(f["accuracy"]),
+            f"{_pct(f['ci95'][0])} - {_pct(f['ci95'][1])}",
+            f"{f['correct']}/{summary['problems']}",
+        )
     session = summary["session"]
-    table.caption = (f"format rate {_pct(summary['format_rate'])}   mean completion {summary['mean_new_tokens']:.0f} tokens"
-                     f"   cut at the {summary['max_new_tokens']}-token budget {_pct(summary['cut_rate'])}")
+    table.caption = (
+        f"format rate {_pct(summary['format_rate'])}   mean completion {summary['mean_new_tokens']:.0f} tokens"
+        f"   cut at the {summary['max_new_tokens']}-token budget {_pct(summary['cut_rate'])}"
+    )
     if session["problems"]:
-        table.caption += (f"   this run: {session['problems']} problems in {session['wall_s']:.0f}s, "
-                          f"{session['problems_per_s']:.2f} problems/s, {session['tokens_per_s']:.1f} tokens/s")
+        table.caption += (
+            f"   this run: {session['problems']} problems in {session['wall_s']:.0f}s, "
+            f"{session['problems_per_s']:.2f} problems/s, {session['tokens_per_s']:.1f} tokens/s"
+        )
     return table
 
 
@@ -80,15 +92,24 @@ def comparison_table(result: dict[str, Any]) -> Table:
     for column in ("filter", "base", "trained", "difference", "95% interval (paired)", "fixed", "broken"):
         table.add_column(column, justify="left" if column == "filter" else "right")
     for name, f in result["filters"].items():
-        table.add_row(name, _pct(f["base"]), _pct(f["trained"]), f"{100 * f['difference']:+.1f} pts",
-                      f"{100 * f['low']:+.1f} to {100 * f['high']:+.1f}", str(f["fixed"]), str(f["broken"]))
+        table.add_row(
+            name,
+            _pct(f["base"]),
+            _pct(f["trained"]),
+            f"{100 * f['difference']:+.1f} pts",
+            f"{100 * f['low']:+.1f} to {100 * f['high']:+.1f}",
+            str(f["fixed"]),
+            str(f["broken"]),
+        )
     table.caption = "an interval that contains 0 means the change is not distinguishable from noise"
     return table
 
 
 def outcome_json(outcome) -> dict[str, Any]:
-    return {"results": [r.summary for r in outcome.results],
-            **({"comparison": outcome.comparison} if outcome.comparison else {})}
+    return {
+        "results": [r.summary for r in outcome.results],
+        **({"comparison": outcome.comparison} if outcome.comparison else {}),
+    }
 
 
 def print_outcome(console: Console, outcome) -> None:

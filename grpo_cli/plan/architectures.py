@@ -39,8 +39,15 @@ class Architecture:
     def linear_shapes(self) -> list[tuple[str, int, int]]:
         """(name, in, out) of the Linear layers of one decoder layer (Llama/Qwen2/Mistral family)."""
         h, f = self.hidden_size, self.intermediate_size
-        return [("q_proj", h, self.q_dim), ("k_proj", h, self.kv_dim), ("v_proj", h, self.kv_dim),
-                ("o_proj", self.q_dim, h), ("gate_proj", h, f), ("up_proj", h, f), ("down_proj", f, h)]
+        return [
+            ("q_proj", h, self.q_dim),
+            ("k_proj", h, self.kv_dim),
+            ("v_proj", h, self.kv_dim),
+            ("o_proj", self.q_dim, h),
+            ("gate_proj", h, f),
+            ("up_proj", h, f),
+            ("down_proj", f, h),
+        ]
 
     @property
     def linear_params(self) -> int:
@@ -162,4 +169,3 @@ def _hub_config(name: str, revision: str | None) -> dict[str, Any] | None:
         return json.loads(Path(path).read_text())
     except Exception:  # offline, gated, or not a model repo: all mean "not available here"
         return None
-

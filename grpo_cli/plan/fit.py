@@ -14,8 +14,9 @@ from grpo_cli.recipe.schema import Recipe
 Changes = dict[str, Any]
 
 
-def plan_recipe(recipe: Recipe, gpu: str | None, device: str | None, ram: str | None = None
-                ) -> tuple[Plan, list[tuple[str, Changes, float]], str | None]:
+def plan_recipe(
+    recipe: Recipe, gpu: str | None, device: str | None, ram: str | None = None
+) -> tuple[Plan, list[tuple[str, Changes, float]], str | None]:
     """The plan on the GPU named by `--gpu` or the recipe, or on the CPU against `--ram` (default: this machine's);
     the suggestions when it does not fit; the label of the memory it was compared with."""
     arch = architectures.resolve(recipe)
@@ -42,15 +43,23 @@ def candidate_changes(recipe: Recipe) -> list[tuple[str, Changes]]:
         out.append(("QLoRA (4-bit base)", {**lora, "quantization.bits": 4}))
     b, ga = t.per_device_train_batch_size, t.gradient_accumulation_steps
     if b % 2 == 0 and b > 1:
-        out.append(("half the micro-batch, same effective batch",
-                    {"training.per_device_train_batch_size": b // 2, "training.gradient_accumulation_steps": ga * 2}))
+        out.append(
+            (
+                "half the micro-batch, same effective batch",
+                {"training.per_device_train_batch_size": b // 2, "training.gradient_accumulation_steps": ga * 2},
+            )
+        )
     if g.max_completion_length >= 64:
         out.append(("shorter completions", {"grpo.max_completion_length": g.max_completion_length // 2}))
     if g.num_generations >= 4 and g.num_generations % 2 == 0 and b % 2 == 0:
         # per_device_train_batch_size counts completions: halving the group alone would leave the batch (and the
         # memory) as it was, with twice the prompts in it.
-        out.append(("fewer generations per prompt, same prompts per step",
-                    {"grpo.num_generations": g.num_generations // 2, "training.per_device_train_batch_size": b // 2}))
+        out.append(
+            (
+                "fewer generations per prompt, same prompts per step",
+                {"grpo.num_generations": g.num_generations // 2, "training.per_device_train_batch_size": b // 2},
+            )
+        )
     return out
 
 

@@ -62,12 +62,15 @@ def architecture_fields(path: Path) -> dict[str, Any]:
     try:
         hidden, heads = meta[f"{arch}.embedding_length"], meta[f"{arch}.attention.head_count"]
         return dict(
-            hidden_size=hidden, num_layers=meta[f"{arch}.block_count"], num_heads=heads,
+            hidden_size=hidden,
+            num_layers=meta[f"{arch}.block_count"],
+            num_heads=heads,
             num_kv_heads=meta.get(f"{arch}.attention.head_count_kv", heads),
             head_dim=meta.get(f"{arch}.attention.key_length", hidden // heads),
             intermediate_size=meta[f"{arch}.feed_forward_length"],
             vocab_size=meta.get(f"{arch}.vocab_size") or meta["tokenizer.ggml.tokens"],
-            tie_word_embeddings="output.weight" not in shapes, qkv_bias="blk.0.attn_q.bias" in shapes,
+            tie_word_embeddings="output.weight" not in shapes,
+            qkv_bias="blk.0.attn_q.bias" in shapes,
         )
     except KeyError as exc:
         raise GGUFError(f"the header has no {exc.args[0]} (architecture {arch!r})") from None

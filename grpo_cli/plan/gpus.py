@@ -7,9 +7,26 @@ import re
 from grpo_cli.errors import UserError
 
 GPUS: dict[str, float] = {
-    "RTX 3060": 12, "RTX 3080": 10, "RTX 3090": 24, "RTX 4060 Ti": 16, "RTX 4070": 12, "RTX 4080": 16,
-    "RTX 4090": 24, "RTX 5090": 32, "RTX A6000": 48, "T4": 16, "V100": 32, "L4": 24, "A10G": 24, "L40S": 48,
-    "A100-40GB": 40, "A100-80GB": 80, "H100": 80, "H200": 141, "B200": 180, "MI300X": 192,
+    "RTX 3060": 12,
+    "RTX 3080": 10,
+    "RTX 3090": 24,
+    "RTX 4060 Ti": 16,
+    "RTX 4070": 12,
+    "RTX 4080": 16,
+    "RTX 4090": 24,
+    "RTX 5090": 32,
+    "RTX A6000": 48,
+    "T4": 16,
+    "V100": 32,
+    "L4": 24,
+    "A10G": 24,
+    "L40S": 48,
+    "A100-40GB": 40,
+    "A100-80GB": 80,
+    "H100": 80,
+    "H200": 141,
+    "B200": 180,
+    "MI300X": 192,
 }
 
 
@@ -24,10 +41,15 @@ def gpu_memory_bytes(spec: str) -> tuple[str, float]:
         return f"{number.group(1)} GiB", float(number.group(1)) * 2**30
     wanted = _key(spec)
     for name, gib in GPUS.items():
-        if _key(name) == wanted or _key(name).removeprefix("rtx") == wanted or _key(name).removeprefix("nvidia") == wanted:
+        if (
+            _key(name) == wanted
+            or _key(name).removeprefix("rtx") == wanted
+            or _key(name).removeprefix("nvidia") == wanted
+        ):
             return name, gib * 2**30
-    raise UserError(f"unknown GPU `{spec}`; give its memory (e.g. --gpu 24GB) or one of: {', '.join(GPUS)}",
-                    path="hardware.gpu")
+    raise UserError(
+        f"unknown GPU `{spec}`; give its memory (e.g. --gpu 24GB) or one of: {', '.join(GPUS)}", path="hardware.gpu"
+    )
 
 
 def gpu_for(recipe, flag: str | None) -> tuple[str | None, float | None]:

@@ -105,8 +105,11 @@ def memory_plan(recipe: Recipe, arch: Architecture, device: str = "cuda", gpu_by
     # yet), with checkpointing possibly at a layer's recompute (the head's tiles freed by then), or at the optimizer
     # step (every gradient, activations gone), whichever is largest.
     at_head_backward = sum(t.bytes for t in terms if t.phase == "training")
-    at_recompute = at_head_backward - sum(t.bytes for t in terms if t.name == HEAD_TERM) + \
-        sum(t.bytes for t in terms if t.phase == "training-recompute")
+    at_recompute = (
+        at_head_backward
+        - sum(t.bytes for t in terms if t.name == HEAD_TERM)
+        + sum(t.bytes for t in terms if t.phase == "training-recompute")
+    )
     at_optimizer_step = sum(t.bytes for t in terms if t.phase == "training-late")
     training = max(at_head_backward, at_recompute, at_optimizer_step)
     peak = static + max(generation, training)
@@ -125,25 +128,57 @@ def _generation_terms(recipe: Recipe, arch: Architecture, device: str, w: int) -
     gen_batch = recipe.generation_batch_per_process
     terms: list[Term] = []
     kv_cache = gen_batch * S * 2 * L * arch.kv_dim * w
-    terms.append(Term("generation KV cache", kv_cache, "generation",
-                      f"{gen_batch} sequences x S {S} x 2 (K,V) x L {L} x kv {arch.kv_dim} x {w} B"))
+    terms.append(
+        Term(
+            "generation KV cache",
+            kv_cache,
+            "generation",
+            f"{gen_batch} sequences x S {S} x 2 (K,V) x L {L} x kv {arch.kv_dim} x {w} B",
+        )
+    )
     # transformers' DynamicCache grows by concatenation: one layer's cache is briefly held twice; the prefill
     # runs one layer's activations over the prompt tokens; the sampler keeps float32 scores of one position.
-    transient = gen_batch * S * 2 * arch.kv_dim * w + gen_batch * prompt * (ACT_HIDDEN * h + ACT_FFN * f) * w / 4 + 2 * gen_batch * V * 4
-    terms.append(Term("generation transients", transient, "generation",
-                      "one layer's cache copy on growth + one layer's prefill activations + float32 scores"))
+    transient = (
+        gen_batch * S * 2 * arch.kv_dim * w
+        + gen_batch * prompt * (ACT_HIDDEN * h + ACT_FFN * f) * w / 4
+        + 2 * gen_batch * V * 4
+    )
+    terms.append(
+        Term(
+            "generation transients",
+            transient,
+            "generation",
+            "one layer's cache copy on growth + one layer's prefill activations + float32 scores",
+        )
+    )
     if recipe.grpo.beta > 0 or recipe.grpo.num_iterations > 1:
         # After sampling, TRL scores the batch without grad (reference and/or old-policy log-probs) in
         # micro-batches of B: one layer's activations and the head's tile at a time.
         chunk = CPU_VOCAB_CHUNK_SIZE if device == "cpu" else VOCAB_CHUNK_SIZE
         rows_s, cols_s = min(B * S, TOKEN_CHUNK_SIZE), min(V, chunk)
-        scoring = (rows_s * chunk * w + (rows_s * cols_s * SCORING_TEMPORARIES * 4 if device == "cpu" else 0)
-                   + B * S * (ACT_HIDDEN * h + ACT_FFN * f) * w / 4)
-        terms.append(Term("scoring forward", scoring, "generation",
-                          "reference/old log-probs after sampling: head tile" + (" + float32 temporaries" if device == "cpu" else "")))
+        scoring = (
+            rows_s * chunk * w
+            + (rows_s * cols_s * SCORING_TEMPORARIES * 4 if device == "cpu" else 0)
+            + B * S * (ACT_HIDDEN * h + ACT_FFN * f) * w / 4
+        )
+        terms.append(
+            Term(
+                "scoring forward",
+                scoring,
+                "generation",
+                "reference/old log-probs after sampling: head tile"
+                + (" + float32 temporaries" if device == "cpu" else ""),
+            )
+        )
     if recipe.grpo.use_vllm:
-        terms.append(Term("vLLM reservation", 0.0, "generation",
-                          f"vllm_gpu_memory_utilization {recipe.grpo.vllm_gpu_memory_utilization} of the GPU (added below)"))
+        terms.append(
+            Term(
+                "vLLM reservation",
+                0.0,
+                "generation",
+                f"vllm_gpu_memory_utilization {recipe.grpo.vllm_gpu_memory_utilization} of the GPU (added below)",
+            )
+        )
 
     return terms
 
@@ -163,7 +198,9 @@ def _training_terms(recipe: Recipe, arch: Architecture, device: str, w: int) -> 
         # keeps that copy for lora_A's backward; with dropout > 0 the dropped-out input is kept as well. Under
         # autocast lora_A casts it back, and the copy kept is the autocast dtype's (2 B; measured with saved-tensor
         # hooks on a PEFT Linear: 2.0 B per input element under bf16 autocast, 4.0 without).
-        inputs = sum(i for n, i, _ in arch.linear_shapes() if lora.target_modules == ["all-linear"] or n in lora.target_modules)
+        inputs = sum(
+            i for n, i, _ in arch.linear_shapes() if lora.target_modules == ["all-linear"] or n in lora.target_modules
+        )
         copies = (1 if param_bytes != w else 0) + (1 if lora.dropout > 0 else 0)
         per_token_layer += copies * inputs * (2 if mixed_precision_on(recipe, device) != "no" else param_bytes)
     if recipe.model.gradient_checkpointing:
@@ -171,8 +208,14 @@ def _training_terms(recipe: Recipe, arch: Architecture, device: str, w: int) -> 
         act_formula = f"T {T} tokens x L {L} x h {h} x {w} B layer-input checkpoints"
         # The head's tiles are freed before the last layer is recomputed, so a recomputed layer's activations never
         # coexist with them (measured on tiny models, where the two are of a size: the peak holds no layer's).
-        terms.append(Term("recomputed layer", T * per_token_layer, "training-recompute",
-                          f"T {T} tokens x one layer's {per_token_layer / 1e3:.1f} KB/token, after the head's backward"))
+        terms.append(
+            Term(
+                "recomputed layer",
+                T * per_token_layer,
+                "training-recompute",
+                f"T {T} tokens x one layer's {per_token_layer / 1e3:.1f} KB/token, after the head's backward",
+            )
+        )
     else:
         activations = T * L * per_token_layer
         act_formula = f"T {T} tokens x L {L} x {per_token_layer / 1e3:.1f} KB/token (no checkpointing)"
@@ -181,8 +224,14 @@ def _training_terms(recipe: Recipe, arch: Architecture, device: str, w: int) -> 
     if lora is None and w == 4 and mixed != "no":
         # Autocast caches its low-precision copy of each trainable float32 weight for the forward, and autograd
         # keeps it for the backward (torch autocast's weight cache): 2 B/param until the backward ends.
-        terms.append(Term("autocast weight copies", trainable * 2, "training",
-                          f"P_t {trainable / 1e6:.1f}M x 2 B ({mixed} copies of float32 weights)"))
+        terms.append(
+            Term(
+                "autocast weight copies",
+                trainable * 2,
+                "training",
+                f"P_t {trainable / 1e6:.1f}M x 2 B ({mixed} copies of float32 weights)",
+            )
+        )
 
     chunk = CPU_VOCAB_CHUNK_SIZE if device == "cpu" else VOCAB_CHUNK_SIZE
     rows, cols = min(T, TOKEN_CHUNK_SIZE), min(V, chunk)
@@ -198,8 +247,14 @@ def _training_terms(recipe: Recipe, arch: Architecture, device: str, w: int) -> 
         head_formula += " + float32 lm_head grad"
     terms.append(Term(HEAD_TERM, head, "training", head_formula))
     unchunked = 2 * w * B * S * V
-    terms.append(Term("logits if unchunked", unchunked, "comparison",
-                      f"2 x {w} B x B {B} x S {S} x V {V}: what an unchunked trainer would hold instead"))
+    terms.append(
+        Term(
+            "logits if unchunked",
+            unchunked,
+            "comparison",
+            f"2 x {w} B x B {B} x S {S} x V {V}: what an unchunked trainer would hold instead",
+        )
+    )
     grads = trainable * param_bytes
     terms.append(Term("gradients", grads, "training-late", f"P_t {trainable / 1e6:.2f}M x {param_bytes} B"))
 

@@ -18,9 +18,12 @@ class Term:
 
 # What each strategy splits across N processes (DeepSpeed ZeRO paper, Rajbhandari et al. 2020, section 5;
 # FSDP shards like ZeRO-3). Memory that is not listed stays whole on every process.
-SHARDED = {"ddp": (), "zero2": ("optimizer states", "gradients"),
-           "zero3": ("optimizer states", "gradients", "weights", "lora adapters", "reference model"),
-           "fsdp": ("optimizer states", "gradients", "weights", "lora adapters", "reference model")}
+SHARDED = {
+    "ddp": (),
+    "zero2": ("optimizer states", "gradients"),
+    "zero3": ("optimizer states", "gradients", "weights", "lora adapters", "reference model"),
+    "fsdp": ("optimizer states", "gradients", "weights", "lora adapters", "reference model"),
+}
 
 
 def per_process(terms: list[Term], recipe: Recipe, arch: Architecture, w: int) -> list[Term]:
@@ -44,8 +47,14 @@ def per_process(terms: list[Term], recipe: Recipe, arch: Architecture, w: int) -
         weights = next(t.bytes for t in terms if t.name == "weights")
         if strategy == "zero3" and recipe.trl.get("ds3_gather_for_generation", True):
             # TRL gathers every weight for generation (GRPOConfig.ds3_gather_for_generation, default True).
-            out.append(Term("weights gathered for generation", weights * (n - 1) / n, "generation",
-                            "trl.ds3_gather_for_generation=true: the full model on each GPU while sampling"))
+            out.append(
+                Term(
+                    "weights gathered for generation",
+                    weights * (n - 1) / n,
+                    "generation",
+                    "trl.ds3_gather_for_generation=true: the full model on each GPU while sampling",
+                )
+            )
         else:
             out.append(Term("gathered layers (generation)", 2 * layer, "generation", "FSDP2 gathers layer by layer"))
     return out

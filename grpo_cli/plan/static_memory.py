@@ -17,6 +17,7 @@ INT8_BYTES = 1.0
 # under 4096 elements keep 32-bit states (bitsandbytes' min_8bit_size).
 ADAM8_BYTES = 2 + 2 * 4 / 256
 
+
 def trainable_params(recipe: Recipe, arch: Architecture) -> int:
     if recipe.lora is None:
         return arch.params
@@ -44,13 +45,26 @@ def static_terms(recipe: Recipe, arch: Architecture, device: str, w: int) -> lis
     terms = [_weights(recipe, arch, device, w)]
     trainable, param_bytes = trainable_params(recipe, arch), bytes_per_trainable(recipe, w)
     if recipe.lora is not None:
-        terms.append(Term("lora adapters", trainable * param_bytes, "static",
-                          f"r x (in + out) per adapted Linear = {trainable / 1e6:.2f}M x {param_bytes} B"))
+        terms.append(
+            Term(
+                "lora adapters",
+                trainable * param_bytes,
+                "static",
+                f"r x (in + out) per adapted Linear = {trainable / 1e6:.2f}M x {param_bytes} B",
+            )
+        )
 
     reference = P * w if (recipe.grpo.beta > 0 and recipe.lora is None) else 0.0
-    terms.append(Term("reference model", reference, "static",
-                      "beta > 0, full fine-tuning: a second copy P x w" if reference else
-                      "none (beta = 0, or PEFT: the base with adapters disabled)"))
+    terms.append(
+        Term(
+            "reference model",
+            reference,
+            "static",
+            "beta > 0, full fine-tuning: a second copy P x w"
+            if reference
+            else "none (beta = 0, or PEFT: the base with adapters disabled)",
+        )
+    )
     terms.append(_optimizer_states(recipe, arch, device, trainable, param_bytes))
     return terms
 
@@ -62,13 +76,19 @@ def _weights(recipe: Recipe, arch: Architecture, device: str, w: int) -> Term:
     if q is not None and q.bits == 4:
         per = NF4_BYTES[q.double_quant]
         weights = arch.linear_params * per + (P - arch.linear_params) * w
-        formula = (f"Linear {arch.linear_params / 1e6:.0f}M x {per:.3f} B (NF4 + scales) + "
-                   f"other {(P - arch.linear_params) / 1e6:.0f}M x {w} B")
+        formula = (
+            f"Linear {arch.linear_params / 1e6:.0f}M x {per:.3f} B (NF4 + scales) + "
+            f"other {(P - arch.linear_params) / 1e6:.0f}M x {w} B"
+        )
     elif q is not None:
         weights = arch.linear_params * INT8_BYTES + (P - arch.linear_params) * w
         formula = f"Linear {arch.linear_params / 1e6:.0f}M x 1 B (int8) + other x {w} B"
-    elif recipe.lora is not None and w == 4 and mixed_precision_on(recipe, device) != "no" \
-            and recipe.distributed.strategy not in ("zero3", "fsdp"):
+    elif (
+        recipe.lora is not None
+        and w == 4
+        and mixed_precision_on(recipe, device) != "no"
+        and recipe.distributed.strategy not in ("zero3", "fsdp")
+    ):
         # Frozen Linear weights are cast once to the autocast dtype (grpo_cli/train/frozen_weights.py).
         weights = arch.linear_params * 2 + (P - arch.linear_params) * w
         formula = f"frozen Linear {arch.linear_params / 1e6:.0f}M x 2 B (cast once for autocast) + other x {w} B"

@@ -27,19 +27,24 @@ def budget_notes(recipe) -> list[str]:
     if not (recipe.tools or recipe.environment):
         return []
     turns = recipe.grpo.max_tool_calling_iterations
-    return [f"tools: the model's turns and the tool results share grpo.max_completion_length "
-            f"({recipe.grpo.max_completion_length} tokens; TRL drops a result that would overflow it), so the peak "
-            f"above covers tool use at {'up to ' + str(turns) if turns else 'any number of'} tool-calling turns; the "
-            "tool descriptions rendered into the prompt count against data.max_prompt_length"]
+    return [
+        f"tools: the model's turns and the tool results share grpo.max_completion_length "
+        f"({recipe.grpo.max_completion_length} tokens; TRL drops a result that would overflow it), so the peak "
+        f"above covers tool use at {'up to ' + str(turns) if turns else 'any number of'} tool-calling turns; the "
+        "tool descriptions rendered into the prompt count against data.max_prompt_length"
+    ]
 
 
-def plan_json(plan: Plan, suggestions: list[tuple[str, dict, float]], gpu_label: str | None,
-              notes: list[str] = ()) -> dict[str, Any]:
+def plan_json(
+    plan: Plan, suggestions: list[tuple[str, dict, float]], gpu_label: str | None, notes: list[str] = ()
+) -> dict[str, Any]:
     return {
         "model": plan.arch.name,
         "params": plan.arch.params,
         "device": plan.device,
-        "terms": [{"name": t.name, "phase": t.phase, "gib": round(t.bytes / GIB, 4), "formula": t.formula} for t in plan.terms],
+        "terms": [
+            {"name": t.name, "phase": t.phase, "gib": round(t.bytes / GIB, 4), "formula": t.formula} for t in plan.terms
+        ],
         "static_gib": round(plan.static / GIB, 4),
         "generation_phase_gib": round(plan.generation / GIB, 4),
         "training_phase_gib": round(plan.training / GIB, 4),
@@ -50,18 +55,23 @@ def plan_json(plan: Plan, suggestions: list[tuple[str, dict, float]], gpu_label:
         "gpu": gpu_label,
         "gpu_gib": None if plan.gpu_bytes is None else round(plan.gpu_bytes / GIB, 2),
         "fits": plan.fits,
-        "suggestions": [{"change": label, "overrides": override_args(o), "peak_expected_gib": round(peak / GIB, 3)}
-                        for label, o, peak in suggestions],
+        "suggestions": [
+            {"change": label, "overrides": override_args(o), "peak_expected_gib": round(peak / GIB, 3)}
+            for label, o, peak in suggestions
+        ],
         "notes": list(notes),
     }
 
 
-def print_plan(console: Console, plan: Plan, suggestions, gpu_label: str | None, command: str,
-               notes: list[str] = ()) -> None:
+def print_plan(
+    console: Console, plan: Plan, suggestions, gpu_label: str | None, command: str, notes: list[str] = ()
+) -> None:
     """`command` is the user's `grpo train ...` line (recipe and overrides) the suggestions extend."""
     arch = plan.arch
-    console.print(f"[bold]{arch.name}[/]: {arch.params / 1e9:.2f} B parameters, {arch.num_layers} layers, "
-                  f"hidden {arch.hidden_size}, vocab {arch.vocab_size}" + (" (tied)" if arch.tie_word_embeddings else ""))
+    console.print(
+        f"[bold]{arch.name}[/]: {arch.params / 1e9:.2f} B parameters, {arch.num_layers} layers, "
+        f"hidden {arch.hidden_size}, vocab {arch.vocab_size}" + (" (tied)" if arch.tie_word_embeddings else "")
+    )
     table = Table(box=None, pad_edge=False)
     table.add_column("term")
     table.add_column("phase")
@@ -72,34 +82,50 @@ def print_plan(console: Console, plan: Plan, suggestions, gpu_label: str | None,
         table.add_row(t.name, t.phase, f"{t.bytes / GIB:.3f}", t.formula, style=style)
     console.print(table)
     which = "generation" if plan.generation >= plan.training else "training"
-    console.print(f"peak = static {plan.static / GIB:.2f} + max(generation {plan.generation / GIB:.2f}, "
-                  f"training {plan.training / GIB:.2f}) -> the {which} phase sets the peak")
+    console.print(
+        f"peak = static {plan.static / GIB:.2f} + max(generation {plan.generation / GIB:.2f}, "
+        f"training {plan.training / GIB:.2f}) -> the {which} phase sets the peak"
+    )
     for note in notes:
         console.print(note, soft_wrap=True)
     if plan.device == "cpu":
         console.print(f"[bold]peak tensors[/] (live tensor bytes): {plan.peak_tensors / GIB:.2f} GiB")
-        console.print(f"[bold]expected peak RSS[/] of the process (+ runtime and allocator): {plan.peak_rss / GIB:.2f} GiB")
+        console.print(
+            f"[bold]expected peak RSS[/] of the process (+ runtime and allocator): {plan.peak_rss / GIB:.2f} GiB"
+        )
         first = first_load_peak(plan)
         if first is not None:
-            short = "" if plan.gpu_bytes is None or first <= plan.gpu_bytes else f", more than the {plan.gpu_bytes / GIB:.1f} GiB given"
-            console.print(f"first load converts the .gguf once, in a separate process before the run: peak RSS about "
-                          f"{first / GIB:.2f} GiB{short}")
+            short = (
+                ""
+                if plan.gpu_bytes is None or first <= plan.gpu_bytes
+                else f", more than the {plan.gpu_bytes / GIB:.1f} GiB given"
+            )
+            console.print(
+                f"first load converts the .gguf once, in a separate process before the run: peak RSS about "
+                f"{first / GIB:.2f} GiB{short}"
+            )
     else:
         console.print(f"[bold]peak tensors[/] (torch.cuda.max_memory_allocated): {plan.peak_tensors / GIB:.2f} GiB")
-        console.print(f"[bold]expected in nvidia-smi[/] (+ allocator slack and CUDA context): {plan.peak_smi / GIB:.2f} GiB")
+        console.print(
+            f"[bold]expected in nvidia-smi[/] (+ allocator slack and CUDA context): {plan.peak_smi / GIB:.2f} GiB"
+        )
     if plan.gpu_bytes is None:
         console.print("no GPU given: add --gpu 24GB (or a name such as 'RTX 4090'), or hardware.gpu in the recipe")
         return
     if plan.fits:
-        console.print(f"[green]fits[/] {_gpu(gpu_label, plan)} with "
-                      f"{(plan.gpu_bytes - plan.expected) / GIB:.1f} GiB to spare")
+        console.print(
+            f"[green]fits[/] {_gpu(gpu_label, plan)} with {(plan.gpu_bytes - plan.expected) / GIB:.1f} GiB to spare"
+        )
         return
-    console.print(f"[red]does not fit[/] {_gpu(gpu_label, plan)}: "
-                  f"{(plan.expected - plan.gpu_bytes) / GIB:.1f} GiB short")
+    console.print(
+        f"[red]does not fit[/] {_gpu(gpu_label, plan)}: {(plan.expected - plan.gpu_bytes) / GIB:.1f} GiB short"
+    )
     if not suggestions:
         console.print("no single change in the list makes it fit; consider a smaller model or more GPUs")
     for label, changes, peak in suggestions:
-        console.print(f"  {label}: {peak / GIB:.2f} GiB  ->  {command} {' '.join(override_args(changes))}", soft_wrap=True)
+        console.print(
+            f"  {label}: {peak / GIB:.2f} GiB  ->  {command} {' '.join(override_args(changes))}", soft_wrap=True
+        )
 
 
 def first_load_peak(plan: Plan) -> float | None:

@@ -30,18 +30,27 @@ def fixed_length_data(directory: Path, rows: int = 64) -> Path:
 def calibration_recipe(recipe: Recipe, tokenizer, work: Path) -> Recipe:
     """The same recipe on fixed-length prompts, full-length completions, no checkpoint saving, 2 steps."""
     from grpo_cli.data import build_prompt, prompt_length
-
     from grpo_cli.tools.registry import guarded_tools
 
     data_file = fixed_length_data(work)
     tools = guarded_tools(recipe.tools) if recipe.tools else None  # rendered into every prompt
     length = prompt_length(tokenizer, build_prompt(PROMPT, recipe.data.system_prompt, recipe.data.chat), tools)
     update = recipe.model_dump()
-    update["data"].update(source=str(data_file), config=None, max_prompt_length=length, limit=None, shuffle_seed=None,
-                          prompt_column="question", answer_column="answer", answer_format="gsm8k")
+    update["data"].update(
+        source=str(data_file),
+        config=None,
+        max_prompt_length=length,
+        limit=None,
+        shuffle_seed=None,
+        prompt_column="question",
+        answer_column="answer",
+        answer_format="gsm8k",
+    )
     update["training"].update(max_steps=2, save_steps=10_000, output_dir=str(work / "run"), logging_steps=1)
-    update["trl"] = {**update.get("trl", {}),
-                     "generation_kwargs": {"min_new_tokens": recipe.grpo.max_completion_length}}
+    update["trl"] = {
+        **update.get("trl", {}),
+        "generation_kwargs": {"min_new_tokens": recipe.grpo.max_completion_length},
+    }
     return Recipe.model_validate(update)
 
 
@@ -105,8 +114,9 @@ class LiveTensorBytes:
 
 def _mark_generation(trainer, tracker) -> None:
     """Attribute allocations made while generating and scoring to the generation phase."""
-    around_generation(trainer, lambda: setattr(tracker, "phase", "generation"),
-                       lambda: setattr(tracker, "phase", "training"))
+    around_generation(
+        trainer, lambda: setattr(tracker, "phase", "generation"), lambda: setattr(tracker, "phase", "training")
+    )
 
 
 def measure_peak(recipe: Recipe, phases: dict | None = None) -> tuple[float, Recipe]:
@@ -154,7 +164,9 @@ class StepMeasurement:
     recipe: Recipe  # as it ran
 
 
-def measure_steps(recipe: Recipe, work: Path, steps: int = 2, show=lambda text, new_phase=False: None) -> StepMeasurement:
+def measure_steps(
+    recipe: Recipe, work: Path, steps: int = 2, show=lambda text, new_phase=False: None
+) -> StepMeasurement:
     """`steps` real training steps of `recipe` at full completion length, timed; the last one measures the peak.
 
     On the CPU the live-tensor tracker slows every op, so earlier steps are timed without it and only the last
@@ -173,8 +185,9 @@ def measure_steps(recipe: Recipe, work: Path, steps: int = 2, show=lambda text, 
     tokenizer = models.load_tokenizer(recipe)
     ran = calibration_recipe(recipe, tokenizer, work)
     ran = ran.model_copy(update={"training": ran.training.model_copy(update={"max_steps": max(2, steps)})})
-    trainer, _ = build_trainer(ran, work / "run", reward_funcs=[_tolerant(f) for f in resolve_rewards(ran.rewards)],
-                               tokenizer=tokenizer)
+    trainer, _ = build_trainer(
+        ran, work / "run", reward_funcs=[_tolerant(f) for f in resolve_rewards(ran.rewards)], tokenizer=tokenizer
+    )
     tracker = None if cuda else LiveTensorBytes()
     last_step = ran.training.max_steps
     step_seconds: list[float] = []
@@ -190,11 +203,14 @@ def measure_steps(recipe: Recipe, work: Path, steps: int = 2, show=lambda text, 
 
     class StepClock(TrainerCallback):
         def on_step_begin(self, args, state, control, **kwargs):
-            tracked = " (tracking live tensors: slower)" if tracker is not None and state.global_step + 1 == last_step else ""
+            tracked = (
+                " (tracking live tensors: slower)" if tracker is not None and state.global_step + 1 == last_step else ""
+            )
             show(f"timing training step {state.global_step + 1}/{last_step} at full length{tracked}", new_phase=True)
             if tracker is not None and state.global_step + 1 == last_step:
-                optimizer_state = [t for s in trainer.optimizer.state.values() for t in s.values()
-                                   if isinstance(t, torch.Tensor)]
+                optimizer_state = [
+                    t for s in trainer.optimizer.state.values() for t in s.values() if isinstance(t, torch.Tensor)
+                ]
                 tracker.add_existing([*trainer.model.parameters(), *trainer.model.buffers(), *optimizer_state])
                 tracker.__enter__()
             clock.update(step=time.perf_counter(), generation=0.0)
@@ -207,8 +223,9 @@ def measure_steps(recipe: Recipe, work: Path, steps: int = 2, show=lambda text, 
             generation_seconds.append(clock["generation"])
 
     trainer.add_callback(StepClock())
-    StepPhases(show, ran.grpo.max_completion_length, ran.generation_batch_per_process,
-               ran.training.gradient_accumulation_steps).install(trainer)
+    StepPhases(
+        show, ran.grpo.max_completion_length, ran.generation_batch_per_process, ran.training.gradient_accumulation_steps
+    ).install(trainer)
     if cuda:
         torch.cuda.reset_peak_memory_stats()
     trainer.train()
@@ -216,9 +233,15 @@ def measure_steps(recipe: Recipe, work: Path, steps: int = 2, show=lambda text, 
         peak, reserved = float(torch.cuda.max_memory_allocated()), float(torch.cuda.max_memory_reserved())
     else:
         peak, reserved = float(tracker.peak), None
-    return StepMeasurement(peak_bytes=peak, rss_bytes=peak_rss(), reserved_bytes=reserved, step_seconds=step_seconds,
-                           generation_seconds=generation_seconds, device="cuda" if cuda else "cpu", recipe=ran)
-
+    return StepMeasurement(
+        peak_bytes=peak,
+        rss_bytes=peak_rss(),
+        reserved_bytes=reserved,
+        step_seconds=step_seconds,
+        generation_seconds=generation_seconds,
+        device="cuda" if cuda else "cpu",
+        recipe=ran,
+    )
 
 
 def _tolerant(func):

@@ -10,8 +10,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from grpo_cli.preflight.measure import StepMeasurement
 from grpo_cli.plan.memory import GIB, Plan
+from grpo_cli.preflight.measure import StepMeasurement
 from grpo_cli.preflight.sampling import SampledGroups
 from grpo_cli.recipe.schema import Recipe
 from grpo_cli.runs.layout import SAMPLES_FILE
@@ -56,8 +56,14 @@ def fits_on_gpu(verdict: Plan, verdict_smi: float) -> bool | None:
     return None if verdict.gpu_bytes is None else verdict_smi <= verdict.gpu_bytes
 
 
-def run_preflight(recipe: Recipe, steps: int, prompts: int | None, gpu_spec: str | None, hours: float,
-                  show=lambda text, new_phase=False: None) -> Preflight:
+def run_preflight(
+    recipe: Recipe,
+    steps: int,
+    prompts: int | None,
+    gpu_spec: str | None,
+    hours: float,
+    show=lambda text, new_phase=False: None,
+) -> Preflight:
     """Sample groups, run `steps` real steps, plan the same steps, and advise. Checks that need no model (the GPU
     name, the architecture) come first, so a typo is refused before a minute of measuring. `show` hears where it is."""
     from grpo_cli.cpu_memory import skip_unused_bitsandbytes
@@ -76,8 +82,11 @@ def run_preflight(recipe: Recipe, steps: int, prompts: int | None, gpu_spec: str
     started = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="grpo-preflight-") as tmp:
         work = Path(tmp)
-        isolated = recipe.model_copy(update={"training": recipe.training.model_copy(
-            update={"output_dir": str(work / "run"), "report_to": ["none"]})})
+        isolated = recipe.model_copy(
+            update={
+                "training": recipe.training.model_copy(update={"output_dir": str(work / "run"), "report_to": ["none"]})
+            }
+        )
         groups = sample_groups(isolated, prompts or default_prompt_count(recipe), show)  # from the model as it starts
         measured = measure_steps(isolated, work, steps, show)
 
@@ -94,21 +103,48 @@ def run_preflight(recipe: Recipe, steps: int, prompts: int | None, gpu_spec: str
     prompt = measured.recipe.data.max_prompt_length or 0
     budget = recipe.grpo.max_completion_length
     # Generation runs until the longest completion of its batch ends; training scales with sequence length.
-    expected_step = (generation_s * groups.batch_length_share
-                     + (step_s - generation_s) * (prompt + groups.mean_completion_tokens) / (prompt + budget))
+    expected_step = generation_s * groups.batch_length_share + (step_s - generation_s) * (
+        prompt + groups.mean_completion_tokens
+    ) / (prompt + budget)
     total_steps = recipe.total_steps(groups.dataset_rows)
     eta_s = total_steps * expected_step
     advice = advise(recipe, groups, verdict, verdict_smi, eta_s, total_steps, arch, hours)
-    return Preflight(recipe, measured, planned, verdict, verdict_smi, gpu_label, groups, total_steps, step_s,
-                     generation_s, eta_s, total_steps * step_s, advice, time.perf_counter() - started)
+    return Preflight(
+        recipe,
+        measured,
+        planned,
+        verdict,
+        verdict_smi,
+        gpu_label,
+        groups,
+        total_steps,
+        step_s,
+        generation_s,
+        eta_s,
+        total_steps * step_s,
+        advice,
+        time.perf_counter() - started,
+    )
 
 
-def advise(recipe: Recipe, groups: SampledGroups, verdict: Plan, verdict_smi: float, eta_s: float, total_steps: int,
-           arch, hours: float) -> list[Advice]:
+def advise(
+    recipe: Recipe,
+    groups: SampledGroups,
+    verdict: Plan,
+    verdict_smi: float,
+    eta_s: float,
+    total_steps: int,
+    arch,
+    hours: float,
+) -> list[Advice]:
     """Override lines for each figure that calls for one: fit, learning signal, tools, truncation, time."""
-    return [*_fit_advice(recipe, verdict, verdict_smi, arch), *_signal_advice(recipe, groups),
-            *_tool_advice(groups.tools, groups.completions), *_truncation_advice(recipe, groups),
-            *_time_advice(eta_s, total_steps, hours)]
+    return [
+        *_fit_advice(recipe, verdict, verdict_smi, arch),
+        *_signal_advice(recipe, groups),
+        *_tool_advice(groups.tools, groups.completions),
+        *_truncation_advice(recipe, groups),
+        *_time_advice(eta_s, total_steps, hours),
+    ]
 
 
 def _fit_advice(recipe: Recipe, verdict: Plan, verdict_smi: float, arch) -> list[Advice]:
@@ -131,23 +167,47 @@ def _signal_advice(recipe: Recipe, groups: SampledGroups) -> list[Advice]:
     out: list[Advice] = []
     if groups.zero_variance_share >= MOSTLY:
         share = f"{groups.zero_variance_share:.0%} of groups have the same reward for every completion (no signal)"
-        out.append(Advice(f"{share}: sample more completions per prompt",
-                          {"grpo.num_generations": 2 * g, "training.per_device_train_batch_size": 2 * batch}))
+        out.append(
+            Advice(
+                f"{share}: sample more completions per prompt",
+                {"grpo.num_generations": 2 * g, "training.per_device_train_batch_size": 2 * batch},
+            )
+        )
         if recipe.grpo.temperature < 1.0:
-            out.append(Advice(f"{share}: sample more diversely",
-                              {"grpo.temperature": min(1.0, round(recipe.grpo.temperature + 0.2, 2))}))
-        if recipe.data.answer_format == "gsm8k" and recipe.data.answer_column and recipe.data.max_solution_steps is None:
+            out.append(
+                Advice(
+                    f"{share}: sample more diversely",
+                    {"grpo.temperature": min(1.0, round(recipe.grpo.temperature + 0.2, 2))},
+                )
+            )
+        if (
+            recipe.data.answer_format == "gsm8k"
+            and recipe.data.answer_column
+            and recipe.data.max_solution_steps is None
+        ):
             out.append(Advice(f"{share}: start on the easier problems", {"data.max_solution_steps": 2}))
-        out.append(Advice(f"{share}: add a reward that gives partial credit (a format reward such as "
-                          f"{'hashes_format' if recipe.data.answer_marker == 'hashes' else 'soft_format'}, or "
-                          "length_target) so completions of one prompt score differently"))
+        out.append(
+            Advice(
+                f"{share}: add a reward that gives partial credit (a format reward such as "
+                f"{'hashes_format' if recipe.data.answer_marker == 'hashes' else 'soft_format'}, or "
+                "length_target) so completions of one prompt score differently"
+            )
+        )
     for stats in groups.rewards:
         if stats.constant:
-            out.append(Advice(f"reward {stats.name} gave {stats.min:g} to all {groups.completions - stats.failed} "
-                              "completions it scored: as it stands it cannot steer learning"))
+            out.append(
+                Advice(
+                    f"reward {stats.name} gave {stats.min:g} to all {groups.completions - stats.failed} "
+                    "completions it scored: as it stands it cannot steer learning"
+                )
+            )
         if stats.failed:
-            out.append(Advice(f"reward {stats.name} failed on {stats.failed} of {groups.completions} completions "
-                              f"({stats.error or 'returned None'}); TRL counts those as missing values"))
+            out.append(
+                Advice(
+                    f"reward {stats.name} failed on {stats.failed} of {groups.completions} completions "
+                    f"({stats.error or 'returned None'}); TRL counts those as missing values"
+                )
+            )
     return out
 
 
@@ -155,19 +215,30 @@ def _truncation_advice(recipe: Recipe, groups: SampledGroups) -> list[Advice]:
     if groups.truncated_share < MOSTLY:
         return []
     has_length_reward = any(spec.name == "length_target" for spec in recipe.rewards)
-    remedy = ("give them room, or leave it to the length_target reward to teach stopping" if has_length_reward
-              else "give them room, or add a length_target reward")
-    return [Advice(f"{groups.truncated_share:.0%} of completions were cut at the "
-                   f"{recipe.grpo.max_completion_length}-token budget: {remedy}",
-                   {"grpo.max_completion_length": 2 * recipe.grpo.max_completion_length})]
+    remedy = (
+        "give them room, or leave it to the length_target reward to teach stopping"
+        if has_length_reward
+        else "give them room, or add a length_target reward"
+    )
+    return [
+        Advice(
+            f"{groups.truncated_share:.0%} of completions were cut at the "
+            f"{recipe.grpo.max_completion_length}-token budget: {remedy}",
+            {"grpo.max_completion_length": 2 * recipe.grpo.max_completion_length},
+        )
+    ]
 
 
 def _time_advice(eta_s: float, total_steps: int, hours: float) -> list[Advice]:
     if eta_s <= hours * 3600:
         return []
     per_step = eta_s / max(1, total_steps)
-    return [Advice(f"about {eta_s / 3600:.1f} h for {total_steps} steps, over {hours:g} h: stop at what fits",
-                   {"training.max_steps": max(1, math.floor(hours * 3600 / per_step))})]
+    return [
+        Advice(
+            f"about {eta_s / 3600:.1f} h for {total_steps} steps, over {hours:g} h: stop at what fits",
+            {"training.max_steps": max(1, math.floor(hours * 3600 / per_step))},
+        )
+    ]
 
 
 def _tool_advice(tools: dict | None, completions: int) -> list[Advice]:
@@ -177,12 +248,23 @@ def _tool_advice(tools: dict | None, completions: int) -> list[Advice]:
     out: list[Advice] = []
     if tools["calls_per_completion"] == 0:
         tried = tools["completions_with_malformed"]
-        what = (f"it tried in {tried:.0%} of them, in a form the template's parser does not read (see samples)"
-                if tried else "it never tried")
-        out.append(Advice(f"no tool was called in {completions} sampled completions ({what}): GRPO cannot reinforce "
-                          "a call it never samples; ask for the tool in data.system_prompt, sample more diversely, or "
-                          "teach the call format first (supervised fine-tuning)"))
+        what = (
+            f"it tried in {tried:.0%} of them, in a form the template's parser does not read (see samples)"
+            if tried
+            else "it never tried"
+        )
+        out.append(
+            Advice(
+                f"no tool was called in {completions} sampled completions ({what}): GRPO cannot reinforce "
+                "a call it never samples; ask for the tool in data.system_prompt, sample more diversely, or "
+                "teach the call format first (supervised fine-tuning)"
+            )
+        )
     elif tools["failure_rate"] >= MOSTLY:
-        out.append(Advice(f"{tools['failure_rate']:.0%} of tool calls failed: read the errors the model received in a "
-                          f"short run's {SAMPLES_FILE} (wrong arguments, timeouts) and fix the tool or its description"))
+        out.append(
+            Advice(
+                f"{tools['failure_rate']:.0%} of tool calls failed: read the errors the model received in a "
+                f"short run's {SAMPLES_FILE} (wrong arguments, timeouts) and fix the tool or its description"
+            )
+        )
     return out

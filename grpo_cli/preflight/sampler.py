@@ -14,16 +14,21 @@ def sample_batch(loop, model, tokenizer, prompts: list, columns: dict, start: in
     from grpo_cli import data
 
     if loop is not None:
-        examples = [{"index": k, **{c: v[start + k // g] for c, v in columns.items()}, "prompt": prompts[k // g]}
-                    for k in range(len(prompts) * g)]
+        examples = [
+            {"index": k, **{c: v[start + k // g] for c, v in columns.items()}, "prompt": prompts[k // g]}
+            for k in range(len(prompts) * g)
+        ]
         results = sorted((r for chunk in loop.run(examples, len(examples)) for r in chunk), key=lambda r: r.index)
-        return [r.completion_ids for r in results], [r.messages for r in results], \
-            [{"tools": r.extra["tools"]} for r in results]
+        return (
+            [r.completion_ids for r in results],
+            [r.messages for r in results],
+            [{"tools": r.extra["tools"]} for r in results],
+        )
     texts = [data.render_prompt(tokenizer, p) for p in prompts]
     inputs = tokenizer(texts, return_tensors="pt", padding=True, add_special_tokens=False).to(model.device)
     with torch.no_grad():
         out = model.generate(**inputs, **sample)
-    ids = [_until_eos(seq, tokenizer) for seq in out[:, inputs["input_ids"].shape[1]:].tolist()]
+    ids = [_until_eos(seq, tokenizer) for seq in out[:, inputs["input_ids"].shape[1] :].tolist()]
     decoded = tokenizer.batch_decode(ids, skip_special_tokens=True)
     chat = isinstance(prompts[0], list)
     return ids, [[{"role": "assistant", "content": t}] for t in decoded] if chat else decoded, []
@@ -47,8 +52,14 @@ def tool_loop(recipe: Recipe, model, tokenizer, sample: dict):
     check_tool_template(tokenizer, recipe.model.name)
     environment = guarded_environment(recipe.environment) if recipe.environment is not None else None
     settings = {k: v for k, v in sample.items() if k not in ("max_new_tokens", "num_return_sequences")}
-    return ToolLoop(Sampler(model, tokenizer, settings), tokenizer, guarded_tools(recipe.tools), environment,
-                    recipe.grpo.max_completion_length, recipe.grpo.max_tool_calling_iterations)
+    return ToolLoop(
+        Sampler(model, tokenizer, settings),
+        tokenizer,
+        guarded_tools(recipe.tools),
+        environment,
+        recipe.grpo.max_completion_length,
+        recipe.grpo.max_tool_calling_iterations,
+    )
 
 
 class Sampler:
@@ -64,13 +75,17 @@ class Sampler:
 
         eos, pad = self.tokenizer.eos_token_id, self.tokenizer.pad_token_id
         for start in range(0, len(contexts), batch_size):
-            rows = contexts[start:start + batch_size]
+            rows = contexts[start : start + batch_size]
             width = max(len(r) for r in rows)
             ids = torch.tensor([[pad] * (width - len(r)) + r for r in rows], device=self.model.device)
             mask = torch.tensor([[0] * (width - len(r)) + [1] * len(r) for r in rows], device=self.model.device)
             with torch.no_grad():
-                out = self.model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=max(budgets[start:start + len(rows)]),
-                                          **self.settings)
+                out = self.model.generate(
+                    input_ids=ids,
+                    attention_mask=mask,
+                    max_new_tokens=max(budgets[start : start + len(rows)]),
+                    **self.settings,
+                )
             items = []
             for k, seq in enumerate(out[:, width:].tolist()):
                 seq = _until_eos(seq, self.tokenizer)[: budgets[start + k]]

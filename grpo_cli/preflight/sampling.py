@@ -74,8 +74,9 @@ def score(funcs: list, prompts: list, completions: list, completion_ids: list, c
             for i in range(len(completions)):
                 one = {k: [v[i]] for k, v in columns.items()}
                 try:
-                    out += guarded(prompts=[prompts[i]], completions=[completions[i]], completion_ids=[completion_ids[i]],
-                                   **one)
+                    out += guarded(
+                        prompts=[prompts[i]], completions=[completions[i]], completion_ids=[completion_ids[i]], **one
+                    )
                 except RewardFailure as exc:
                     error = error or str(exc)[:300]
                     out.append(None)
@@ -102,23 +103,34 @@ def sample_groups(recipe: Recipe, prompt_count: int, show=lambda text, new_phase
     g, budget = recipe.grpo.num_generations, recipe.grpo.max_completion_length
     per_training_batch = max(1, recipe.generation_batch_per_process // g)  # prompts per generation batch in training
     # On a GPU sample exactly training's batches (no more memory than the run); on a CPU larger batches are faster.
-    per_batch = per_training_batch if torch.cuda.is_available() else max(per_training_batch, CPU_SAMPLE_COMPLETIONS // g)
-    sample = dict(do_sample=True, temperature=recipe.grpo.temperature, top_p=recipe.grpo.top_p,
-                  top_k=recipe.grpo.top_k, max_new_tokens=budget, num_return_sequences=g,
-                  pad_token_id=tokenizer.pad_token_id)
+    per_batch = (
+        per_training_batch if torch.cuda.is_available() else max(per_training_batch, CPU_SAMPLE_COMPLETIONS // g)
+    )
+    sample = dict(
+        do_sample=True,
+        temperature=recipe.grpo.temperature,
+        top_p=recipe.grpo.top_p,
+        top_k=recipe.grpo.top_k,
+        max_new_tokens=budget,
+        num_return_sequences=g,
+        pad_token_id=tokenizer.pad_token_id,
+    )
     torch.manual_seed(recipe.training.seed)
     loop = tool_loop(recipe, model, tokenizer, sample)
     tally = _Tally(funcs, recipe.rewards, tokenizer.eos_token_id, budget, per_training_batch * g)
     columns_all = {k: rows[k] for k in rows.column_names if k != "prompt"}
     batches = -(-len(rows) // per_batch)
     for start in range(0, len(rows), per_batch):
-        prompts = rows["prompt"][start:start + per_batch]
-        show(f"sampling for the learning signal: batch {start // per_batch + 1}/{batches} "
-             f"({len(prompts)} prompts x {g} completions, up to {budget} tokens)", new_phase=True)
+        prompts = rows["prompt"][start : start + per_batch]
+        show(
+            f"sampling for the learning signal: batch {start // per_batch + 1}/{batches} "
+            f"({len(prompts)} prompts x {g} completions, up to {budget} tokens)",
+            new_phase=True,
+        )
         started = time.perf_counter()
         ids, completions, figures = sample_batch(loop, model, tokenizer, prompts, columns_all, start, g, sample)
         tally.seconds += time.perf_counter() - started
-        columns = {k: [v for v in col[start:start + per_batch] for _ in range(g)] for k, col in columns_all.items()}
+        columns = {k: [v for v in col[start : start + per_batch] for _ in range(g)] for k, col in columns_all.items()}
         tally.add(ids, completions, figures, [p for p in prompts for _ in range(g)], columns)
     return tally.summary(g, len(prepared.dataset))
 
@@ -128,7 +140,13 @@ class _Tally:
     lengths, truncation, and time spent generating."""
 
     def __init__(self, funcs: list, specs: list, eos_id: int, budget: int, training_batch: int):
-        self.funcs, self.specs, self.eos_id, self.budget, self.training_batch = funcs, specs, eos_id, budget, training_batch
+        self.funcs, self.specs, self.eos_id, self.budget, self.training_batch = (
+            funcs,
+            specs,
+            eos_id,
+            budget,
+            training_batch,
+        )
         self.values: list[list[float | None]] = [[] for _ in funcs]
         self.errors: list[str | None] = [None for _ in funcs]
         self.totals: list[float] = []
@@ -145,32 +163,46 @@ class _Tally:
         self.lengths += batch_lengths
         self.truncated += sum(not seq or seq[-1] != self.eos_id for seq in ids)  # cut at the budget
         for chunk in range(0, len(batch_lengths), self.training_batch):  # training's batches within this one
-            self.batch_shares.append(max(batch_lengths[chunk:chunk + self.training_batch]) / self.budget)
+            self.batch_shares.append(max(batch_lengths[chunk : chunk + self.training_batch]) / self.budget)
         values, errors = score(self.funcs, prompts, completions, ids, columns)
         for i, (v, e) in enumerate(zip(values, errors)):
             self.values[i] += v
             self.errors[i] = self.errors[i] or e
         for j in range(len(ids)):
-            self.totals.append(sum(spec.weight * values[i][j] for i, spec in enumerate(self.specs)
-                                   if values[i][j] is not None))
+            self.totals.append(
+                sum(spec.weight * values[i][j] for i, spec in enumerate(self.specs) if values[i][j] is not None)
+            )
 
     def summary(self, g: int, dataset_rows: int) -> SampledGroups:
-        groups = [self.totals[i:i + g] for i in range(0, len(self.totals), g)]
+        groups = [self.totals[i : i + g] for i in range(0, len(self.totals), g)]
         flat = sum(_std(group) <= ZERO_STD_TOLERANCE for group in groups)
         stats = []
         for spec, values, error in zip(self.specs, self.values, self.errors):
             ok = [v for v in values if v is not None]
-            stats.append(RewardStats(
-                spec.name, spec.weight, statistics.fmean(ok) if ok else None, _std(ok) if ok else None,
-                min(ok) if ok else None, max(ok) if ok else None, len(values) - len(ok), error))
+            stats.append(
+                RewardStats(
+                    spec.name,
+                    spec.weight,
+                    statistics.fmean(ok) if ok else None,
+                    _std(ok) if ok else None,
+                    min(ok) if ok else None,
+                    max(ok) if ok else None,
+                    len(values) - len(ok),
+                    error,
+                )
+            )
         lengths = self.lengths
         return SampledGroups(
-            prompts=len(groups), completions=len(self.totals), zero_variance_share=flat / max(1, len(groups)),
+            prompts=len(groups),
+            completions=len(self.totals),
+            zero_variance_share=flat / max(1, len(groups)),
             truncated_share=self.truncated / max(1, len(lengths)),
             mean_completion_tokens=statistics.fmean(lengths) if lengths else 0.0,
             batch_length_share=statistics.fmean(self.batch_shares) if self.batch_shares else 1.0,
-            tokens_per_second=sum(lengths) / self.seconds if self.seconds else 0.0, rewards=stats,
-            dataset_rows=dataset_rows, tools=tool_summary(self.tool_records),
+            tokens_per_second=sum(lengths) / self.seconds if self.seconds else 0.0,
+            rewards=stats,
+            dataset_rows=dataset_rows,
+            tools=tool_summary(self.tool_records),
         )
 
 

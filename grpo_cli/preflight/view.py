@@ -16,7 +16,8 @@ def preflight_json(result: Preflight) -> dict[str, Any]:
         "measured_peak_gib": round(result.measured.peak_bytes / GIB, 4),
         "measured_peak_rss_gib": round(result.measured.rss_bytes / GIB, 4),
         "planned_peak_rss_gib": round(result.planned.peak_rss / GIB, 4),
-        "measured_reserved_gib": None if result.measured.reserved_bytes is None
+        "measured_reserved_gib": None
+        if result.measured.reserved_bytes is None
         else round(result.measured.reserved_bytes / GIB, 4),
         "planned_peak_gib": round(result.planned.peak_tensors / GIB, 4),
         "peak_error_pct": round(result.peak_error_pct, 2),
@@ -36,8 +37,19 @@ def preflight_json(result: Preflight) -> dict[str, Any]:
         "zero_variance_share": round(s.zero_variance_share, 4),
         "truncated_share": round(s.truncated_share, 4),
         "mean_completion_tokens": round(s.mean_completion_tokens, 1),
-        "rewards": [{"name": r.name, "weight": r.weight, "mean": r.mean, "std": r.std, "min": r.min, "max": r.max,
-                     "failed": r.failed, "error": r.error} for r in s.rewards],
+        "rewards": [
+            {
+                "name": r.name,
+                "weight": r.weight,
+                "mean": r.mean,
+                "std": r.std,
+                "min": r.min,
+                "max": r.max,
+                "failed": r.failed,
+                "error": r.error,
+            }
+            for r in s.rewards
+        ],
         "tools": s.tools,
         "advice": [{"reason": a.reason, "overrides": override_args(a.changes)} for a in result.advice],
         "seconds": round(result.seconds, 1),
@@ -49,37 +61,57 @@ def print_preflight(console, result: Preflight, command: str) -> None:
 
     m, s = result.measured, result.groups
     kind = "torch.cuda.max_memory_allocated" if m.device == "cuda" else "live tensors on this CPU"
-    console.print(f"[bold]fit[/]  measured peak {m.peak_bytes / GIB:.2f} GiB ({kind}) vs plan "
-                  f"{result.planned.peak_tensors / GIB:.2f} GiB: plan error {result.peak_error_pct:+.1f}%")
+    console.print(
+        f"[bold]fit[/]  measured peak {m.peak_bytes / GIB:.2f} GiB ({kind}) vs plan "
+        f"{result.planned.peak_tensors / GIB:.2f} GiB: plan error {result.peak_error_pct:+.1f}%"
+    )
     if m.device == "cpu":
-        console.print(f"     peak RSS of this process {m.rss_bytes / GIB:.2f} GiB (sampling and steps, as the kernel "
-                      f"counts it) vs plan {result.planned.peak_rss / GIB:.2f} GiB")
+        console.print(
+            f"     peak RSS of this process {m.rss_bytes / GIB:.2f} GiB (sampling and steps, as the kernel "
+            f"counts it) vs plan {result.planned.peak_rss / GIB:.2f} GiB"
+        )
     source = "measured, plan error applied" if m.device == "cuda" else "planned; not measured on a GPU here"
     if result.fits is None:
-        console.print(f"     expected in nvidia-smi on a GPU: {result.verdict_smi / GIB:.2f} GiB ({source}); "
-                      "no GPU given: add --gpu 24GB or a name")
+        console.print(
+            f"     expected in nvidia-smi on a GPU: {result.verdict_smi / GIB:.2f} GiB ({source}); "
+            "no GPU given: add --gpu 24GB or a name"
+        )
     else:
         verdict = "[green]fits[/]" if result.fits else "[red]does not fit[/]"
-        console.print(f"     {verdict} {result.gpu_label} ({result.verdict.gpu_bytes / GIB:.0f} GiB): "
-                      f"{result.verdict_smi / GIB:.2f} GiB expected in nvidia-smi ({source})")
-    console.print(f"[bold]time[/] {result.step_s:.1f} s a step at full length (generation {result.generation_s:.1f} s, "
-                  f"training {result.step_s - result.generation_s:.1f} s); generation {s.tokens_per_second:.0f} tokens/s")
-    console.print(f"     {result.total_steps} steps: about {_duration(result.eta_s)} at the sampled lengths, "
-                  f"at most {_duration(result.eta_worst_s)}")
-    console.print(f"[bold]signal[/] {s.prompts} prompts x {result.recipe.grpo.num_generations} completions: "
-                  f"{s.zero_variance_share:.0%} of groups without reward variance, {s.truncated_share:.0%} cut at the "
-                  f"budget, mean length {s.mean_completion_tokens:.0f} tokens")
+        console.print(
+            f"     {verdict} {result.gpu_label} ({result.verdict.gpu_bytes / GIB:.0f} GiB): "
+            f"{result.verdict_smi / GIB:.2f} GiB expected in nvidia-smi ({source})"
+        )
+    console.print(
+        f"[bold]time[/] {result.step_s:.1f} s a step at full length (generation {result.generation_s:.1f} s, "
+        f"training {result.step_s - result.generation_s:.1f} s); generation {s.tokens_per_second:.0f} tokens/s"
+    )
+    console.print(
+        f"     {result.total_steps} steps: about {_duration(result.eta_s)} at the sampled lengths, "
+        f"at most {_duration(result.eta_worst_s)}"
+    )
+    console.print(
+        f"[bold]signal[/] {s.prompts} prompts x {result.recipe.grpo.num_generations} completions: "
+        f"{s.zero_variance_share:.0%} of groups without reward variance, {s.truncated_share:.0%} cut at the "
+        f"budget, mean length {s.mean_completion_tokens:.0f} tokens"
+    )
     if s.tools is not None:
         t = s.tools
-        console.print(f"[bold]tools[/]  {t['calls_per_completion']:.2f} calls per completion ({t['completions_with_calls']:.0%} "
-                      f"call), {t['failure_rate']:.0%} of calls failed, malformed attempts in "
-                      f"{t['completions_with_malformed']:.0%} of completions, {t['turns_per_completion']:.1f} turns each")
+        console.print(
+            f"[bold]tools[/]  {t['calls_per_completion']:.2f} calls per completion ({t['completions_with_calls']:.0%} "
+            f"call), {t['failure_rate']:.0%} of calls failed, malformed attempts in "
+            f"{t['completions_with_malformed']:.0%} of completions, {t['turns_per_completion']:.1f} turns each"
+        )
     table = Table(box=None, pad_edge=False)
     for column in ("reward", "weight", "mean", "std", "min", "max", "failed"):
         table.add_column(column, justify="left" if column == "reward" else "right")
     for r in s.rewards:
-        table.add_row(r.name, f"{r.weight:g}", *(("-" if v is None else f"{v:.3f}") for v in (r.mean, r.std, r.min, r.max)),
-                      str(r.failed))
+        table.add_row(
+            r.name,
+            f"{r.weight:g}",
+            *(("-" if v is None else f"{v:.3f}") for v in (r.mean, r.std, r.min, r.max)),
+            str(r.failed),
+        )
     console.print(table)
     if not result.advice:
         console.print("[green]no advice[/]: nothing measured calls for a change")

@@ -27,8 +27,13 @@ def path_problems(data: dict[str, Any], reads: frozenset[str]) -> list[tuple[Key
     out = _model_problems(_string_at(data, "model", "name"))
     config = _string_at(data, "distributed", "accelerate_config")
     if "launch" in reads and config and not Path(config).expanduser().is_file():
-        out.append((("distributed", "accelerate_config"), f"accelerate config file not found: {config} "
-                    "(write one with `accelerate config`, or drop it to use distributed.strategy)"))
+        out.append(
+            (
+                ("distributed", "accelerate_config"),
+                f"accelerate config file not found: {config} "
+                "(write one with `accelerate config`, or drop it to use distributed.strategy)",
+            )
+        )
     keys = [(("data", "source"), "data")] + [(("eval", k), "eval_data") for k in ("source", "fewshot_source")]
     for key, what in keys:
         source = _string_at(data, *key)
@@ -139,11 +144,11 @@ def trl_problems(recipe: Recipe) -> list[tuple[KeyPath, str]]:
     import dataclasses
     import tempfile
 
-    from grpo_cli.recipe.precision import mixed_precision_here
-    from grpo_cli.recipe.grpo_config import grpo_config_kwargs
-
     import torch
     from trl import GRPOConfig
+
+    from grpo_cli.recipe.grpo_config import grpo_config_kwargs
+    from grpo_cli.recipe.precision import mixed_precision_here
 
     names = [f.name for f in dataclasses.fields(GRPOConfig)]
     first_class = grpo_config_kwargs(recipe.model_copy(update={"trl": {}}), Path("."))
@@ -154,13 +159,17 @@ def trl_problems(recipe: Recipe) -> list[tuple[KeyPath, str]]:
             hint = f"; did you mean `{close[0]}`?" if close else ""
             out.append((("trl", key), f"`{key}` is not a GRPOConfig field in the installed trl{hint}"))
         elif key in first_class:
-            out.append((("trl", key), f"`{key}` is set by the recipe's own sections; set it there instead of under trl:"))
+            out.append(
+                (("trl", key), f"`{key}` is set by the recipe's own sections; set it there instead of under trl:")
+            )
     if out:
         return out
     with tempfile.TemporaryDirectory() as tmp:
         try:
             on_cpu = not torch.cuda.is_available()
-            GRPOConfig(**grpo_config_kwargs(recipe, Path(tmp), on_cpu=on_cpu, mixed=mixed_precision_here(recipe, on_cpu)))
+            GRPOConfig(
+                **grpo_config_kwargs(recipe, Path(tmp), on_cpu=on_cpu, mixed=mixed_precision_here(recipe, on_cpu))
+            )
         except (ValueError, TypeError) as exc:
             out.append((("trl",), f"GRPOConfig rejects these settings: {exc}"))
     return out

@@ -23,14 +23,23 @@ def cross_field_problems(recipe: Recipe) -> list[tuple[KeyPath, str]]:
     mixed, weights = recipe.model.mixed_precision, recipe.model.dtype
     if (mixed, weights) in (("fp16", "bfloat16"), ("bf16", "float16")):
         fix = BY_WEIGHTS[weights]
-        out.append((("model", "mixed_precision"),
-                    f"{mixed} autocast does not match {weights} weights; use model.mixed_precision={fix} (or auto)"))
+        out.append(
+            (
+                ("model", "mixed_precision"),
+                f"{mixed} autocast does not match {weights} weights; use model.mixed_precision={fix} (or auto)",
+            )
+        )
     if grpo.epsilon_high is not None and grpo.epsilon_high < grpo.epsilon:
         out.append(
-            (("grpo", "epsilon_high"), f"must be >= grpo.epsilon ({grpo.epsilon}); e.g. grpo.epsilon_high={max(0.28, grpo.epsilon)}")
+            (
+                ("grpo", "epsilon_high"),
+                f"must be >= grpo.epsilon ({grpo.epsilon}); e.g. grpo.epsilon_high={max(0.28, grpo.epsilon)}",
+            )
         )
     if recipe.grpo.importance_sampling_level == "token" and grpo.loss_type == "luspo":
-        out.append((("grpo", "importance_sampling_level"), "luspo is a sequence-level loss; set it to `sequence` or remove it"))
+        out.append(
+            (("grpo", "importance_sampling_level"), "luspo is a sequence-level loss; set it to `sequence` or remove it")
+        )
     if training.warmup_steps and training.warmup_ratio:
         out.append((("training", "warmup_steps"), "set warmup_steps or warmup_ratio, not both"))
     if recipe.trl.get("generation_batch_size") and recipe.trl.get("steps_per_generation"):
@@ -49,8 +58,12 @@ def _tool_use_problems(recipe: Recipe) -> list[tuple[KeyPath, str]]:
     if not recipe.data.chat:
         out.append((("data", "chat"), "tools need chat messages (the chat template renders them); set data.chat: true"))
     if recipe.eval.protocol == "lm-eval":
-        out.append((("eval", "protocol"), "lm-eval's protocol is few-shot plain text with no tools; use "
-                                          "eval.protocol: chat with tools"))
+        out.append(
+            (
+                ("eval", "protocol"),
+                "lm-eval's protocol is few-shot plain text with no tools; use eval.protocol: chat with tools",
+            )
+        )
     return out
 
 
@@ -58,19 +71,34 @@ def _distributed_problems(recipe: Recipe) -> list[tuple[KeyPath, str]]:
     d = recipe.distributed
     out: list[tuple[KeyPath, str]] = []
     if d.num_processes % d.num_machines:
-        out.append((("distributed", "num_processes"), f"is the total over all machines, so a multiple of "
-                    f"distributed.num_machines ({d.num_machines}); "
-                    f"e.g. {d.num_machines * max(1, d.num_processes // d.num_machines)}"))
+        out.append(
+            (
+                ("distributed", "num_processes"),
+                f"is the total over all machines, so a multiple of "
+                f"distributed.num_machines ({d.num_machines}); "
+                f"e.g. {d.num_machines * max(1, d.num_processes // d.num_machines)}",
+            )
+        )
     if d.machine_rank >= d.num_machines:
         out.append((("distributed", "machine_rank"), f"must be below distributed.num_machines ({d.num_machines})"))
     if d.num_machines > 1 and not d.main_process_ip and not d.accelerate_config:
         out.append((("distributed", "main_process_ip"), "several machines need the address of machine 0"))
     if recipe.grpo.zero_variance_groups == "resample" and d.num_processes > 1:
-        out.append((("grpo", "zero_variance_groups"), "resample draws extra prompts in one process; with several "
-                    "processes use grpo.zero_variance_groups=skip"))
+        out.append(
+            (
+                ("grpo", "zero_variance_groups"),
+                "resample draws extra prompts in one process; with several "
+                "processes use grpo.zero_variance_groups=skip",
+            )
+        )
     if d.zero_stage is not None and recipe.quantization is not None:
-        out.append((("distributed", "strategy"), "DeepSpeed ZeRO does not shard bitsandbytes-quantized weights; "
-                    "use distributed.strategy=ddp for QLoRA, or drop `quantization`"))
+        out.append(
+            (
+                ("distributed", "strategy"),
+                "DeepSpeed ZeRO does not shard bitsandbytes-quantized weights; "
+                "use distributed.strategy=ddp for QLoRA, or drop `quantization`",
+            )
+        )
     return out
 
 
@@ -83,19 +111,25 @@ def _batch_problems(recipe: Recipe) -> list[tuple[KeyPath, str]]:
     if recipe.trl.get("generation_batch_size"):
         out = []
         if total % (b * n):
-            out.append((("trl", "generation_batch_size"), f"must be a multiple of per-device batch x processes ({b * n})"))
+            out.append(
+                (("trl", "generation_batch_size"), f"must be a multiple of per-device batch x processes ({b * n})")
+            )
         if total % g:
             out.append((("trl", "generation_batch_size"), f"must be divisible by grpo.num_generations ({g})"))
         return out
     if total % g == 0:
         return []
-    fixes = [f"training.per_device_train_batch_size={v}"
-             for v in _nearest(b, lambda v: generation_batch(v, n, s) % g == 0)]
-    fixes += [f"training.gradient_accumulation_steps={v}"
-              for v in _nearest(s, lambda v: generation_batch(b, n, v) % g == 0)][:1]
+    fixes = [
+        f"training.per_device_train_batch_size={v}" for v in _nearest(b, lambda v: generation_batch(v, n, s) % g == 0)
+    ]
+    fixes += [
+        f"training.gradient_accumulation_steps={v}" for v in _nearest(s, lambda v: generation_batch(b, n, v) % g == 0)
+    ][:1]
     fixes += [f"grpo.num_generations={v}" for v in _nearest(g, lambda v: v >= 2 and total % v == 0)][:1]
     if n > 1:
-        fixes += [f"distributed.num_processes={v}" for v in _nearest(n, lambda v: generation_batch(b, v, s) % g == 0)][:1]
+        fixes += [f"distributed.num_processes={v}" for v in _nearest(n, lambda v: generation_batch(b, v, s) % g == 0)][
+            :1
+        ]
     return [
         (
             ("training", "per_device_train_batch_size"),

@@ -17,8 +17,9 @@ class EvalSection(Section):
     split: str = "test"
     limit: int | None = Field(None, ge=1, description="Evaluate the first N problems (the same N for every model).")
     batch_size: int = Field(16, ge=1)
-    max_new_tokens: int | None = Field(None, ge=1, description="Generation budget; default 512 for `chat`, 256 "
-                                       "(lm-eval's max_gen_toks) for `lm-eval`.")
+    max_new_tokens: int | None = Field(
+        None, ge=1, description="Generation budget; default 512 for `chat`, 256 (lm-eval's max_gen_toks) for `lm-eval`."
+    )
     protocol: Literal["chat", "lm-eval"] = Field(
         "chat",
         description="chat: zero-shot with the chat template and the training system prompt; "
@@ -26,7 +27,8 @@ class EvalSection(Section):
     )
     num_fewshot: int = Field(5, ge=0, description="Few-shot examples for the lm-eval protocol (lm-eval: 5).")
     fewshot_source: str | None = Field(
-        None, description="Where lm-eval's few-shot examples come from; default: the same dataset's train split "
-        "(for a local test.jsonl, the train.jsonl beside it)."
+        None,
+        description="Where lm-eval's few-shot examples come from; default: the same dataset's train split "
+        "(for a local test.jsonl, the train.jsonl beside it).",
     )
     fewshot_seed: int = Field(1234, description="lm-eval's default fewshot_random_seed.")

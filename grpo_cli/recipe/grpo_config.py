@@ -12,8 +12,9 @@ from grpo_cli.recipe.precision import mixed_precision
 from grpo_cli.recipe.schema import Recipe
 
 
-def grpo_config_kwargs(recipe: Recipe, output_dir: Path, on_cpu: bool = False,
-                       mixed: str | None = None) -> dict[str, Any]:
+def grpo_config_kwargs(
+    recipe: Recipe, output_dir: Path, on_cpu: bool = False, mixed: str | None = None
+) -> dict[str, Any]:
     """Map every first-class recipe field onto its GRPOConfig name; `trl:` passthrough entries come last.
 
     `on_cpu`: no GPU here; transformers then needs `use_cpu=True` to accept bf16/fp16 settings.
@@ -76,4 +77,3 @@ def grpo_config_kwargs(recipe: Recipe, output_dir: Path, on_cpu: bool = False,
     )
     kwargs.update(recipe.trl)
     return kwargs
-

@@ -34,7 +34,8 @@ class DistributedSection(Section):
 
     num_processes: int = Field(1, ge=1, description="Processes in total (all machines), usually one per GPU.")
     strategy: Literal["ddp", "fsdp", "zero2", "zero3"] = Field(
-        "ddp", description="ddp: full copy per GPU; zero2: shard optimizer states and gradients; "
+        "ddp",
+        description="ddp: full copy per GPU; zero2: shard optimizer states and gradients; "
         "zero3 / fsdp: shard the weights too.",
     )
     accelerate_config: str | None = Field(None, description="Your own accelerate config file (replaces strategy).")

@@ -23,10 +23,19 @@ MixedPrecision = Annotated[Literal["auto", "bf16", "fp16", "no"], BeforeValidato
 # One name where a list is expected is a list of one
 Names = Annotated[list[str], BeforeValidator(lambda v: [v] if isinstance(v, str) else v)]
 LossType = Literal["grpo", "bnpo", "dr_grpo", "dapo", "cispo", "sapo", "luspo", "vespo"]
-Optimizer = Literal["adamw_torch", "adamw_torch_fused", "adamw_8bit", "adamw_bnb_8bit", "paged_adamw_8bit",
-                    "paged_adamw_32bit", "adafactor", "sgd"]
-Scheduler = Literal["linear", "cosine", "cosine_with_restarts", "polynomial", "constant", "constant_with_warmup",
-                    "cosine_with_min_lr"]
+Optimizer = Literal[
+    "adamw_torch",
+    "adamw_torch_fused",
+    "adamw_8bit",
+    "adamw_bnb_8bit",
+    "paged_adamw_8bit",
+    "paged_adamw_32bit",
+    "adafactor",
+    "sgd",
+]
+Scheduler = Literal[
+    "linear", "cosine", "cosine_with_restarts", "polynomial", "constant", "constant_with_warmup", "cosine_with_min_lr"
+]
 
 DEFAULT_SYSTEM_PROMPT = "Respond in the following format:\n<reasoning>\n...\n</reasoning>\n<answer>\n...\n</answer>"
 
@@ -37,28 +46,37 @@ def generation_batch(per_device_batch: int, processes: int, steps_per_generation
 
 
 class ModelSection(Section):
-    name: str = Field(description="Hub id (Qwen/Qwen2.5-0.5B-Instruct), local model directory, or a .gguf file.",
-                      min_length=1)
+    name: str = Field(
+        description="Hub id (Qwen/Qwen2.5-0.5B-Instruct), local model directory, or a .gguf file.", min_length=1
+    )
     dtype: Dtype = Field("bfloat16", description="Weight dtype. TRL would load float32 if none were given.")
     mixed_precision: MixedPrecision = Field(
-        "auto", description="Matmuls in bf16/fp16 under autocast; weights, gradients and optimizer stay in dtype. "
+        "auto",
+        description="Matmuls in bf16/fp16 under autocast; weights, gradients and optimizer stay in dtype. "
         "auto: bfloat16 weights -> bf16, float16 -> fp16, float32 -> bf16 where the hardware computes bfloat16 "
-        "natively (GPUs with bf16, CPUs with AVX512-BF16 or AMX), else no.")
+        "natively (GPUs with bf16, CPUs with AVX512-BF16 or AMX), else no.",
+    )
     attn_implementation: Literal["eager", "sdpa", "flash_attention_2", "flash_attention_3", "flex_attention"] = "sdpa"
     gradient_checkpointing: bool = Field(True, description="Recompute activations in backward to save memory.")
-    trust_remote_code: bool = Field(False, description="Run Python code shipped with the model. Off unless you trust it.")
+    trust_remote_code: bool = Field(
+        False, description="Run Python code shipped with the model. Off unless you trust it."
+    )
     revision: str | None = Field(None, description="Hub branch, tag or commit.")
     tokenizer: str | None = Field(None, description="Tokenizer id or directory when it differs from the model's.")
-    architecture: ArchitectureSection | None = Field(None, description="Shape for `grpo plan` when neither a "
-                                                     "config.json, a .gguf header nor the built-in table has it.")
+    architecture: ArchitectureSection | None = Field(
+        None,
+        description="Shape for `grpo plan` when neither a config.json, a .gguf header nor the built-in table has it.",
+    )
 
 
 class LoraSection(Section):
     r: int = Field(16, ge=1, le=4096, description="LoRA rank.")
     alpha: int = Field(32, ge=1, description="LoRA scaling numerator (scale = alpha / r).")
     dropout: float = Field(0.05, ge=0.0, lt=1.0)
-    target_modules: Names = Field(default_factory=lambda: ["all-linear"], description="Module names to adapt, "
-                                      "or `all-linear` for every Linear layer except the output head.")
+    target_modules: Names = Field(
+        default_factory=lambda: ["all-linear"],
+        description="Module names to adapt, or `all-linear` for every Linear layer except the output head.",
+    )
     bias: Literal["none", "all", "lora_only"] = "none"
     use_rslora: bool = False
 
@@ -80,20 +98,25 @@ class DataSection(Section):
     split: str = "train"
     prompt_column: str = "question"
     answer_column: str | None = Field("answer", description="Column with the reference answer; null for none.")
-    answer_format: Literal["gsm8k", "plain"] = Field("gsm8k", description="gsm8k: the gold answer is the number "
-                                                     "after `####`; plain: the column as is.")
+    answer_format: Literal["gsm8k", "plain"] = Field(
+        "gsm8k", description="gsm8k: the gold answer is the number after `####`; plain: the column as is."
+    )
     system_prompt: str | None = DEFAULT_SYSTEM_PROMPT
     answer_marker: Literal["tag", "hashes"] = Field(
-        "tag", description="How the system prompt asks the model to mark its final answer: `tag` = <answer>...</answer>, "
+        "tag",
+        description="How the system prompt asks the model to mark its final answer: `tag` = <answer>...</answer>, "
         "`hashes` = GSM8K's `#### <number>`. `grpo eval` counts a strict-match only for answers marked this way.",
     )
     chat: bool = Field(True, description="Build chat messages (uses the tokenizer's chat template); false: plain text.")
-    max_prompt_length: int | None = Field(None, ge=1, description="Drop prompts longer than this many tokens "
-                                          "(the count dropped is reported).")
+    max_prompt_length: int | None = Field(
+        None, ge=1, description="Drop prompts longer than this many tokens (the count dropped is reported)."
+    )
     limit: int | None = Field(None, ge=1, description="Use at most this many rows (for `generated`: how many to make).")
     shuffle_seed: int | None = Field(None, description="Shuffle rows with this seed before `limit` is applied.")
     max_solution_steps: int | None = Field(
-        None, ge=1, description="Keep only problems whose reference solution has at most this many lines of working "
+        None,
+        ge=1,
+        description="Keep only problems whose reference solution has at most this many lines of working "
         "before `####` (GSM8K writes one step per line): an easier curriculum for small models. Applied after `limit`, "
         "so rows past the limit stay held out.",
     )
@@ -107,8 +130,9 @@ class GRPOSection(Section):
     epsilon: float = Field(0.2, gt=0.0, description="Lower clipping bound.")
     epsilon_high: float | None = Field(None, gt=0.0, description="Upper clipping bound (DAPO clip-higher).")
     delta: float | None = Field(None, gt=0.0, description="Two-sided clipping of the importance ratio.")
-    importance_sampling_level: Literal["token", "sequence"] | None = Field(None, description="Defaults to `sequence` "
-                                                                          "for luspo, `token` otherwise.")
+    importance_sampling_level: Literal["token", "sequence"] | None = Field(
+        None, description="Defaults to `sequence` for luspo, `token` otherwise."
+    )
     mask_truncated_completions: bool = False
     scale_rewards: Literal["group", "batch", "none"] = "group"
     temperature: float = Field(1.0, gt=0.0)
@@ -119,11 +143,15 @@ class GRPOSection(Section):
     vllm_mode: Literal["colocate", "server"] = "colocate"
     vllm_gpu_memory_utilization: float = Field(0.3, gt=0.0, le=1.0)
     use_liger_kernel: bool = Field(False, description="Liger RMSNorm/SwiGLU/RoPE kernels (CUDA only).")
-    zero_variance_groups: Literal["keep", "skip", "resample"] = Field("keep", description="Groups whose completions "
-                                                                      "all scored the same: keep (TRL), skip, resample.")
+    zero_variance_groups: Literal["keep", "skip", "resample"] = Field(
+        "keep", description="Groups whose completions all scored the same: keep (TRL), skip, resample."
+    )
     zero_variance_rounds: int = Field(2, ge=1, le=16, description="resample: extra generation rounds at most per step.")
-    max_tool_calling_iterations: int | None = Field(None, ge=1, description="With tools: tool-calling turns at most "
-                                                    "per completion (None: until the completion budget).")
+    max_tool_calling_iterations: int | None = Field(
+        None,
+        ge=1,
+        description="With tools: tool-calling turns at most per completion (None: until the completion budget).",
+    )
 
     @field_validator("scale_rewards", mode="before")
     @classmethod
@@ -162,15 +190,19 @@ class Recipe(Section):
     data: DataSection = Field(default_factory=DataSection)
     rewards: list[RewardSpec] = Field(default_factory=list, description="Required to train; evaluation reads none.")
     tools: list[ToolSpec] = Field(default_factory=list, description="Functions the model may call in a completion.")
-    environment: EnvironmentSpec | None = Field(None, description="A class whose reset(**row) starts each rollout "
-                                                "and whose public methods are tools (TRL's environment_factory).")
+    environment: EnvironmentSpec | None = Field(
+        None,
+        description="A class whose reset(**row) starts each rollout "
+        "and whose public methods are tools (TRL's environment_factory).",
+    )
     grpo: GRPOSection = Field(default_factory=GRPOSection)
     training: TrainingSection = Field(default_factory=TrainingSection)
     eval: EvalSection = Field(default_factory=EvalSection)
     hardware: HardwareSection = Field(default_factory=HardwareSection)
     distributed: DistributedSection = Field(default_factory=DistributedSection)
-    trl: dict[str, Any] = Field(default_factory=dict, description="Any other GRPOConfig field, checked against "
-                                                               "GRPOConfig itself.")
+    trl: dict[str, Any] = Field(
+        default_factory=dict, description="Any other GRPOConfig field, checked against GRPOConfig itself."
+    )
 
     _source: Path | None = PrivateAttr(None)
 
@@ -208,7 +240,9 @@ class Recipe(Section):
         """Completions generated at once, over all processes."""
         if self.trl.get("generation_batch_size"):
             return int(self.trl["generation_batch_size"])
-        return generation_batch(self.training.per_device_train_batch_size, self.num_processes, self.steps_per_generation)
+        return generation_batch(
+            self.training.per_device_train_batch_size, self.num_processes, self.steps_per_generation
+        )
 
     @property
     def generation_batch_per_process(self) -> int:

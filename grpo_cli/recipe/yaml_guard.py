@@ -28,8 +28,15 @@ def read_text(file: Path, source: str) -> str:
     except (IsADirectoryError, PermissionError, OSError) as exc:
         raise UserError(f"cannot read recipe: {exc.strerror or exc}", source=source) from None
     if len(raw) > MAX_RECIPE_BYTES:
-        raise UserError([Problem(f"{file.stat().st_size:,} bytes is not a recipe (recipes are a few KB; the limit is "
-                                 f"{MAX_RECIPE_BYTES:,}); did you pass a data or model file?", source=source)])
+        raise UserError(
+            [
+                Problem(
+                    f"{file.stat().st_size:,} bytes is not a recipe (recipes are a few KB; the limit is "
+                    f"{MAX_RECIPE_BYTES:,}); did you pass a data or model file?",
+                    source=source,
+                )
+            ]
+        )
     if b"\0" in raw:
         line = raw.count(b"\n", 0, raw.index(b"\0")) + 1
         raise UserError([Problem("binary content (a NUL byte), not a YAML recipe", line=line, source=source)])
@@ -37,12 +44,17 @@ def read_text(file: Path, source: str) -> str:
         return raw.decode("utf-8")
     except UnicodeDecodeError as exc:
         line = raw.count(b"\n", 0, exc.start) + 1
-        raise UserError([Problem(f"byte 0x{raw[exc.start]:02x} is not UTF-8; save the recipe as UTF-8", line=line,
-                                 source=source)]) from None
+        raise UserError(
+            [Problem(f"byte 0x{raw[exc.start]:02x} is not UTF-8; save the recipe as UTF-8", line=line, source=source)]
+        ) from None
 
 
-_OPEN = (yaml.FlowSequenceStartToken, yaml.FlowMappingStartToken, yaml.BlockSequenceStartToken,
-         yaml.BlockMappingStartToken)
+_OPEN = (
+    yaml.FlowSequenceStartToken,
+    yaml.FlowMappingStartToken,
+    yaml.BlockSequenceStartToken,
+    yaml.BlockMappingStartToken,
+)
 _CLOSE = (yaml.FlowSequenceEndToken, yaml.FlowMappingEndToken, yaml.BlockEndToken)
 
 
@@ -53,8 +65,15 @@ def check_nesting(text: str, source: str) -> None:
         if isinstance(token, _OPEN):
             depth += 1
             if depth > MAX_DEPTH:  # aliases can nest deeper than the text does, so check_nesting alone is not enough
-                raise UserError([Problem(f"nested too deeply to be a recipe (over {MAX_DEPTH} levels)",
-                                         line=token.start_mark.line + 1, source=source)])
+                raise UserError(
+                    [
+                        Problem(
+                            f"nested too deeply to be a recipe (over {MAX_DEPTH} levels)",
+                            line=token.start_mark.line + 1,
+                            source=source,
+                        )
+                    ]
+                )
         elif isinstance(token, _CLOSE):
             depth -= 1
 
@@ -73,14 +92,23 @@ def check_size(root: yaml.Node | None, source: str) -> None:
         count += 1
         line = node.start_mark.line + 1
         if count > MAX_NODES:
-            raise UserError([Problem(f"expands to over {MAX_NODES:,} values (aliases repeating aliases?); "
-                                     "a recipe is a few dozen", line=line, source=source)])
+            raise UserError(
+                [
+                    Problem(
+                        f"expands to over {MAX_NODES:,} values (aliases repeating aliases?); a recipe is a few dozen",
+                        line=line,
+                        source=source,
+                    )
+                ]
+            )
         if depth > MAX_DEPTH:
-            raise UserError([Problem(f"nested too deeply to be a recipe (over {MAX_DEPTH} levels)", line=line,
-                                     source=source)])
+            raise UserError(
+                [Problem(f"nested too deeply to be a recipe (over {MAX_DEPTH} levels)", line=line, source=source)]
+            )
         if id(node) in ancestors:
-            raise UserError([Problem("an alias refers to a node that contains it (a recursive alias)", line=line,
-                                     source=source)])
+            raise UserError(
+                [Problem("an alias refers to a node that contains it (a recursive alias)", line=line, source=source)]
+            )
         if isinstance(node, yaml.MappingNode):
             children = [n for pair in node.value for n in pair]
         elif isinstance(node, yaml.SequenceNode):
@@ -104,13 +132,28 @@ def check_keys(root: yaml.Node | None, source: str, key_lines: dict[tuple[int, i
             for index, (key, value) in enumerate(node.value):
                 line = key_lines.get((id(node), index), key.start_mark.line + 1)
                 if key.tag.startswith(PYTHON_TAG):
-                    raise UserError([Problem(f"the tag `!!{key.tag.removeprefix(YAML_TAG)}` is refused: a recipe "
-                                             "holds plain strings, numbers, booleans, lists and mappings, without "
-                                             "tags", line=line, source=source)])
+                    raise UserError(
+                        [
+                            Problem(
+                                f"the tag `!!{key.tag.removeprefix(YAML_TAG)}` is refused: a recipe "
+                                "holds plain strings, numbers, booleans, lists and mappings, without "
+                                "tags",
+                                line=line,
+                                source=source,
+                            )
+                        ]
+                    )
                 if not isinstance(key, yaml.ScalarNode):
                     kind = "list" if isinstance(key, yaml.SequenceNode) else "mapping"
-                    raise UserError([Problem(f"a {kind} is used as a key; keys are plain names such as `model`",
-                                             line=line, source=source)])
+                    raise UserError(
+                        [
+                            Problem(
+                                f"a {kind} is used as a key; keys are plain names such as `model`",
+                                line=line,
+                                source=source,
+                            )
+                        ]
+                    )
                 stack.append(value)
         elif isinstance(node, yaml.SequenceNode):
             stack.extend(node.value)

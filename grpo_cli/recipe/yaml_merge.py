@@ -38,8 +38,15 @@ def _resolve(node: yaml.Node, done: set[int], source: str) -> None:
             continue
         for merged in value.value if isinstance(value, yaml.SequenceNode) else [value]:
             if not isinstance(merged, yaml.MappingNode):
-                raise UserError([Problem("`<<` merges a mapping or a list of mappings (such as `<<: *defaults`)",
-                                         line=merged.start_mark.line + 1, source=source)])
+                raise UserError(
+                    [
+                        Problem(
+                            "`<<` merges a mapping or a list of mappings (such as `<<: *defaults`)",
+                            line=merged.start_mark.line + 1,
+                            source=source,
+                        )
+                    ]
+                )
             sources.append(merged)
     if not sources:
         return

@@ -54,7 +54,9 @@ def read_yaml(file: Path) -> tuple[dict[str, Any], dict[KeyPath, int]]:
         reason = getattr(exc, "problem", None) or str(exc)
         raise UserError([Problem(f"YAML syntax error: {reason}", line=line, source=source)]) from None
     except RecursionError:
-        raise UserError([Problem(f"nested too deeply to be a recipe (over {MAX_DEPTH} levels)", source=source)]) from None
+        raise UserError(
+            [Problem(f"nested too deeply to be a recipe (over {MAX_DEPTH} levels)", source=source)]
+        ) from None
     check_size(node, source)  # the composed graph shares aliased nodes; expanding it is what must stay bounded
     key_lines = loader.alias_key_lines
     check_keys(node, source, key_lines)
@@ -69,7 +71,9 @@ def read_yaml(file: Path) -> tuple[dict[str, Any], dict[KeyPath, int]]:
         raise UserError([Problem("the recipe is empty; start from `grpo recipes cp demo my.yaml`", source=source)])
     if not isinstance(data, dict):
         line = node.start_mark.line + 1 if node is not None else None
-        raise UserError([Problem("the recipe must be a mapping of sections (model:, data:, ...)", line=line, source=source)])
+        raise UserError(
+            [Problem("the recipe must be a mapping of sections (model:, data:, ...)", line=line, source=source)]
+        )
     return data, lines
 
 
@@ -85,9 +89,16 @@ def _construct(node: yaml.Node | None, source: str) -> Any:
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None) or getattr(exc, "context_mark", None)
         reason = getattr(exc, "problem", None) or str(exc)
-        raise UserError([Problem(f"cannot build this value ({reason}); a recipe holds plain strings, numbers, "
-                                 "booleans, lists and mappings, without tags", line=mark.line + 1 if mark else None,
-                                 source=source)]) from None
+        raise UserError(
+            [
+                Problem(
+                    f"cannot build this value ({reason}); a recipe holds plain strings, numbers, "
+                    "booleans, lists and mappings, without tags",
+                    line=mark.line + 1 if mark else None,
+                    source=source,
+                )
+            ]
+        ) from None
     finally:
         loader.dispose()
 
@@ -135,7 +146,11 @@ def parse_override(item: str) -> tuple[KeyPath, Any]:
     key = key.strip()
     if not sep or not key or any(not part for part in key.split(".")):
         raise UserError(
-            [Problem(f"override {item!r} must look like key.path=value, e.g. training.max_steps=20", source=COMMAND_LINE)]
+            [
+                Problem(
+                    f"override {item!r} must look like key.path=value, e.g. training.max_steps=20", source=COMMAND_LINE
+                )
+            ]
         )
     try:
         value = yaml.safe_load(raw) if raw.strip() else None
@@ -177,7 +192,9 @@ def set_at(data: dict[str, Any], path: KeyPath, value: Any, item: str) -> None:
             _set_child(target, part, nxt, item)
         elif not isinstance(nxt, (dict, list)):
             where = format_path(path[: depth + 1])
-            raise UserError([Problem(f"override {item!r}: {where} is a value, not a section", where, source=COMMAND_LINE)])
+            raise UserError(
+                [Problem(f"override {item!r}: {where} is a value, not a section", where, source=COMMAND_LINE)]
+            )
         target = nxt
     _set_child(target, path[-1], value, item)
 

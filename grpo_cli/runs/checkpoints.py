@@ -24,8 +24,13 @@ def checkpoint_problem(folder: Path) -> str | None:
         json.loads(state.read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return "trainer_state.json is cut short or damaged"
-    weights = [p for p in folder.iterdir() if p.suffix in (".safetensors", ".bin") and p.name != "training_args.bin"
-               and not p.name.startswith(("optimizer", "scheduler", "rng_state"))]
+    weights = [
+        p
+        for p in folder.iterdir()
+        if p.suffix in (".safetensors", ".bin")
+        and p.name != "training_args.bin"
+        and not p.name.startswith(("optimizer", "scheduler", "rng_state"))
+    ]
     if not weights and not any(folder.glob("global_step*")):
         return "no model weights"
     for file in weights:
@@ -78,20 +83,28 @@ def prepare_run_dir(recipe: Recipe, resume: bool) -> RunStart:
     _check_location(run_dir)
     foreign = sorted(p.name for p in run_dir.iterdir() if not _ours(p)) if run_dir.is_dir() else []
     if foreign:
-        raise UserError(f"{run_dir} holds files grpo train did not write ({', '.join(foreign[:3])}); choose another "
-                        "training.output_dir (or name=...)", path="training.output_dir")
+        raise UserError(
+            f"{run_dir} holds files grpo train did not write ({', '.join(foreign[:3])}); choose another "
+            "training.output_dir (or name=...)",
+            path="training.output_dir",
+        )
     checkpoint, notes = newest_complete(run_dir) if run_dir.is_dir() else (None, [])
     finished = (run_dir / FINAL_DIR).is_dir()
     if checkpoint is not None or finished:
         if not resume:
             what = checkpoint.name if checkpoint is not None else f"a finished model in {FINAL_DIR}/"
-            raise UserError(f"{run_dir} already holds a run ({what}); continue it with --resume, or choose another "
-                            "directory (training.output_dir=runs/new_name or name=new_name)", path="training.output_dir")
+            raise UserError(
+                f"{run_dir} already holds a run ({what}); continue it with --resume, or choose another "
+                "directory (training.output_dir=runs/new_name or name=new_name)",
+                path="training.output_dir",
+            )
         _refuse_shape_change(recipe, run_dir)
         if checkpoint is None:
-            raise UserError(f"{run_dir} holds a finished run and no checkpoint to continue; raise training.max_steps "
-                            "in another directory, or evaluate it: grpo eval --run " + str(run_dir),
-                            path="training.output_dir")
+            raise UserError(
+                f"{run_dir} holds a finished run and no checkpoint to continue; raise training.max_steps "
+                "in another directory, or evaluate it: grpo eval --run " + str(run_dir),
+                path="training.output_dir",
+            )
         return RunStart(checkpoint, notes + [f"resuming from {checkpoint.name}"])
     if run_dir.is_dir() and any(run_dir.iterdir()):
         # An earlier attempt stopped before its first whole checkpoint: nothing in it can be resumed.
@@ -104,8 +117,9 @@ def prepare_run_dir(recipe: Recipe, resume: bool) -> RunStart:
         run_dir.mkdir(parents=True, exist_ok=True)
         write_resolved_recipe(recipe, run_dir / RECIPE_FILE)
     except OSError as exc:
-        raise UserError(f"cannot write the run directory {run_dir}: {exc.strerror or exc}",
-                        path="training.output_dir") from None
+        raise UserError(
+            f"cannot write the run directory {run_dir}: {exc.strerror or exc}", path="training.output_dir"
+        ) from None
     return RunStart(None, notes)
 
 
@@ -113,8 +127,9 @@ def _check_location(run_dir: Path) -> None:
     from grpo_cli.files import check_writable_dir
 
     if run_dir.exists() and not run_dir.is_dir():
-        raise UserError(f"{run_dir} is a file, not a run directory; choose another training.output_dir",
-                        path="training.output_dir")
+        raise UserError(
+            f"{run_dir} is a file, not a run directory; choose another training.output_dir", path="training.output_dir"
+        )
     try:
         check_writable_dir(run_dir)
     except UserError as exc:
@@ -135,9 +150,12 @@ def _refuse_shape_change(recipe: Recipe, run_dir: Path) -> None:
     for key in SHAPE_KEYS:
         before, after = _at(saved, key), _at(now, key)
         if before != after and not (isinstance(before, dict) and isinstance(after, dict)):
-            raise UserError(f"{run_dir} was trained with {key}={_show(before)}, the recipe now says {_show(after)}; a "
-                            f"checkpoint cannot follow that change: set {key} back to resume, or train into another "
-                            "directory", path=key)
+            raise UserError(
+                f"{run_dir} was trained with {key}={_show(before)}, the recipe now says {_show(after)}; a "
+                f"checkpoint cannot follow that change: set {key} back to resume, or train into another "
+                "directory",
+                path=key,
+            )
 
 
 def _at(data: dict, key: str):

@@ -26,8 +26,18 @@ SETTINGS_FILE = "settings.json"
 COMPARISON_FILE = "comparison.json"
 
 # Everything `grpo train`, `grpo eval --run`, `grpo report` and TRL write into a run directory.
-OWN_NAMES = {RECIPE_FILE, METRICS_FILE, SAMPLES_FILE, FINAL_DIR, CARD_FILE, REPORT_FILE, EVAL_DIR, TRL_LOGS_DIR,
-             ACCELERATE_CONFIG_FILE, RANK_RECIPE_FILE}
+OWN_NAMES = {
+    RECIPE_FILE,
+    METRICS_FILE,
+    SAMPLES_FILE,
+    FINAL_DIR,
+    CARD_FILE,
+    REPORT_FILE,
+    EVAL_DIR,
+    TRL_LOGS_DIR,
+    ACCELERATE_CONFIG_FILE,
+    RANK_RECIPE_FILE,
+}
 
 
 def checkpoints(run_dir: Path) -> list[Path]:

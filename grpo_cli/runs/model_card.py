@@ -13,7 +13,14 @@ from typing import Any
 from grpo_cli.files import read_jsonl
 from grpo_cli.recipe.schema import Recipe
 from grpo_cli.runs.layout import (
-    CARD_FILE, COMPARISON_FILE, EVAL_DIR, FINAL_DIR, METRICS_FILE, RECIPE_FILE, SUMMARY_FILE, headline_keys,
+    CARD_FILE,
+    COMPARISON_FILE,
+    EVAL_DIR,
+    FINAL_DIR,
+    METRICS_FILE,
+    RECIPE_FILE,
+    SUMMARY_FILE,
+    headline_keys,
 )
 
 
@@ -118,35 +125,57 @@ def _evaluations(run_dir: Path) -> list[str]:
     for summary_file in found:
         summary = json.loads(summary_file.read_text(encoding="utf-8"))
         filters = summary["filters"]
-        data = Path(summary["data"]["source"]).stem if Path(summary["data"]["source"]).suffix else summary["data"]["split"]
-        rows.append(f"| {summary['protocol']}, {data} | {summary['target']} | {summary['problems']} | "
-                    + " | ".join(f"{100 * filters[name]['accuracy']:.1f}% ({100 * filters[name]['ci95'][0]:.1f}-"
-                                 f"{100 * filters[name]['ci95'][1]:.1f})" for name in ("strict-match", "flexible-extract"))
-                    + f" | {100 * summary['format_rate']:.1f}% |")
+        data = (
+            Path(summary["data"]["source"]).stem if Path(summary["data"]["source"]).suffix else summary["data"]["split"]
+        )
+        rows.append(
+            f"| {summary['protocol']}, {data} | {summary['target']} | {summary['problems']} | "
+            + " | ".join(
+                f"{100 * filters[name]['accuracy']:.1f}% ({100 * filters[name]['ci95'][0]:.1f}-"
+                f"{100 * filters[name]['ci95'][1]:.1f})"
+                for name in ("strict-match", "flexible-extract")
+            )
+            + f" | {100 * summary['format_rate']:.1f}% |"
+        )
     if not rows:
         return ["", "## Evaluation", "", f"Not evaluated yet: `grpo eval --compare {run_dir}`."]
-    return ["", "## Evaluation (GSM8K, greedy; Wilson 95% intervals)", "",
-            "| protocol-data | model | problems | strict-match | flexible-extract | format rate |",
-            "|---|---|---|---|---|---|", *rows]
+    return [
+        "",
+        "## Evaluation (GSM8K, greedy; Wilson 95% intervals)",
+        "",
+        "| protocol-data | model | problems | strict-match | flexible-extract | format rate |",
+        "|---|---|---|---|---|---|",
+        *rows,
+    ]
 
 
 def _load_snippet(run_dir: Path, recipe: Recipe) -> list[str]:
     final = run_dir / FINAL_DIR
     if recipe.lora is None:
-        return ["from transformers import AutoModelForCausalLM, AutoTokenizer", "",
-                f'model = AutoModelForCausalLM.from_pretrained("{final}", dtype="auto")',
-                f'tokenizer = AutoTokenizer.from_pretrained("{final}")']
+        return [
+            "from transformers import AutoModelForCausalLM, AutoTokenizer",
+            "",
+            f'model = AutoModelForCausalLM.from_pretrained("{final}", dtype="auto")',
+            f'tokenizer = AutoTokenizer.from_pretrained("{final}")',
+        ]
     base = recipe.model.name
     if base.startswith("pkg:") or base.endswith(".gguf"):
-        return [f"# The base is a .gguf file: merge once with `grpo export {run_dir} --merge merged/{recipe.run_name}`,",
-                "# then load that plain directory:",
-                "from transformers import AutoModelForCausalLM, AutoTokenizer", "",
-                f'model = AutoModelForCausalLM.from_pretrained("merged/{recipe.run_name}", dtype="auto")',
-                f'tokenizer = AutoTokenizer.from_pretrained("merged/{recipe.run_name}")']
-    return ["from peft import PeftModel", "from transformers import AutoModelForCausalLM, AutoTokenizer", "",
-            f'base = AutoModelForCausalLM.from_pretrained("{base}", dtype="auto")',
-            f'model = PeftModel.from_pretrained(base, "{final}")',
-            f'tokenizer = AutoTokenizer.from_pretrained("{final}")']
+        return [
+            f"# The base is a .gguf file: merge once with `grpo export {run_dir} --merge merged/{recipe.run_name}`,",
+            "# then load that plain directory:",
+            "from transformers import AutoModelForCausalLM, AutoTokenizer",
+            "",
+            f'model = AutoModelForCausalLM.from_pretrained("merged/{recipe.run_name}", dtype="auto")',
+            f'tokenizer = AutoTokenizer.from_pretrained("merged/{recipe.run_name}")',
+        ]
+    return [
+        "from peft import PeftModel",
+        "from transformers import AutoModelForCausalLM, AutoTokenizer",
+        "",
+        f'base = AutoModelForCausalLM.from_pretrained("{base}", dtype="auto")',
+        f'model = PeftModel.from_pretrained(base, "{final}")',
+        f'tokenizer = AutoTokenizer.from_pretrained("{final}")',
+    ]
 
 
 def _number(value: Any) -> str:

@@ -48,7 +48,7 @@ def calculator(expression: str) -> str:
 
 def evaluate(expression: str) -> Fraction:
     if not isinstance(expression, str):
-        raise CalculatorError("the expression must be a string such as \"2 * (3 + 4)\"")
+        raise CalculatorError('the expression must be a string such as "2 * (3 + 4)"')
     if len(expression) > MAX_EXPRESSION_CHARS:
         raise CalculatorError(f"expression longer than {MAX_EXPRESSION_CHARS} characters")
     text = _THOUSANDS.sub("", expression.replace("$", "").replace("×", "*").replace("÷", "/")).strip()
@@ -130,9 +130,16 @@ def format_number(value: Fraction) -> str:
 
 
 def _describe(node: ast.AST) -> str:
-    names = {ast.Name: "names", ast.Call: "function calls", ast.Attribute: "attributes", ast.Compare: "comparisons",
-             ast.Tuple: "commas (write numbers without separators)", ast.Subscript: "indexing",
-             ast.BoolOp: "and/or", ast.Lambda: "lambdas"}
+    names = {
+        ast.Name: "names",
+        ast.Call: "function calls",
+        ast.Attribute: "attributes",
+        ast.Compare: "comparisons",
+        ast.Tuple: "commas (write numbers without separators)",
+        ast.Subscript: "indexing",
+        ast.BoolOp: "and/or",
+        ast.Lambda: "lambdas",
+    }
     if isinstance(node, ast.Constant):
         return "strings" if isinstance(node.value, (str, bytes)) else f"{type(node.value).__name__} values"
     return names.get(type(node), type(node).__name__)

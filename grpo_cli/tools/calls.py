@@ -25,7 +25,7 @@ class ToolFigures:
     failures: int = 0  # calls that returned an error
     malformed: int = 0  # attempts the parser did not read, or calls of an unknown tool
 
-    def add(self, other: "ToolFigures") -> None:
+    def add(self, other: ToolFigures) -> None:
         for key, value in asdict(other).items():
             setattr(self, key, getattr(self, key) + value)
 
@@ -72,8 +72,13 @@ def _unread_attempts(text: str) -> int:
 def transcript(completion: Any) -> str:
     """A whole multi-turn completion as one readable text: each turn's words, its calls and the tools' answers."""
     if not isinstance(completion, list):
-        return completion if isinstance(completion, str) else str(completion.get("content", "")) \
-            if isinstance(completion, dict) else ""
+        return (
+            completion
+            if isinstance(completion, str)
+            else str(completion.get("content", ""))
+            if isinstance(completion, dict)
+            else ""
+        )
     parts = []
     for message in completion:
         if not isinstance(message, dict):

@@ -13,8 +13,9 @@ import functools
 import inspect
 import signal
 import threading
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Any, Callable, Iterator
+from typing import Any
 
 MAX_MESSAGE_CHARS = 200  # of an error the model reads
 

@@ -14,8 +14,9 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterator
+from typing import Any
 
 from grpo_cli.tools.calls import call_name, figures, transcript
 from rewards.answers import completion_text
@@ -53,8 +54,15 @@ class ToolLoopResult:
 
 
 class ToolLoop:
-    def __init__(self, generator, tokenizer, tools: list[Callable[..., Any]], environment_factory, budget: int,
-                 max_iterations: int | None):
+    def __init__(
+        self,
+        generator,
+        tokenizer,
+        tools: list[Callable[..., Any]],
+        environment_factory,
+        budget: int,
+        max_iterations: int | None,
+    ):
         from trl.chat_template_utils import get_training_chat_template, is_chat_template_prefix_preserving
 
         self.generator, self.tokenizer = generator, tokenizer
@@ -62,8 +70,9 @@ class ToolLoop:
         self.budget = budget
         self.max_iterations = max_iterations if max_iterations is not None else 1 << 30
         # TRL renders with a prefix-preserving training template when the model's own is not one.
-        self.chat_template = None if is_chat_template_prefix_preserving(tokenizer) else \
-            get_training_chat_template(tokenizer)
+        self.chat_template = (
+            None if is_chat_template_prefix_preserving(tokenizer) else get_training_chat_template(tokenizer)
+        )
         config = getattr(generator, "model", None) and generator.model.config
         self.max_model_len = getattr(config, "max_position_embeddings", None) or 1 << 30
 
@@ -91,8 +100,14 @@ class ToolLoop:
         return conversation
 
     def _render(self, messages: list[dict], tools) -> list[int]:
-        return self.tokenizer.apply_chat_template(messages, tools=tools or None, add_generation_prompt=True,
-                                                  tokenize=True, return_dict=False, chat_template=self.chat_template)
+        return self.tokenizer.apply_chat_template(
+            messages,
+            tools=tools or None,
+            add_generation_prompt=True,
+            tokenize=True,
+            return_dict=False,
+            chat_template=self.chat_template,
+        )
 
     def _generate(self, conversations: list[Conversation], batch_size: int) -> None:
         pending = self._turn(conversations, [c.prompt_ids for c in conversations], batch_size)
@@ -115,7 +130,7 @@ class ToolLoop:
             for item in batch:
                 conversation, context = conversations[item.index], contexts[item.index]
                 ids = item.tokens + ([self.tokenizer.eos_token_id] if item.stopped else [])
-                conversation.completion_ids = context[len(conversation.prompt_ids):] + ids
+                conversation.completion_ids = context[len(conversation.prompt_ids) :] + ids
                 conversation.model_tokens += len(ids)
                 if not ids:
                     continue
@@ -167,28 +182,52 @@ class ToolLoop:
         """The template's tokens for the tool messages and the next assistant header, cut from a dummy conversation
         exactly as TRL's `_get_tool_suffix_ids` does."""
         messages = [{"role": "tool", "name": n, "content": c} for n, c in results]
-        dummy = [{"role": "user", "content": "dummy"},
-                 {"role": "assistant", "content": "",
-                  "tool_calls": [{"type": "function", "function": {"name": results[0][0], "arguments": {}}}]}]
+        dummy = [
+            {"role": "user", "content": "dummy"},
+            {
+                "role": "assistant",
+                "content": "",
+                "tool_calls": [{"type": "function", "function": {"name": results[0][0], "arguments": {}}}],
+            },
+        ]
         render = self.tokenizer.apply_chat_template
-        prefix = render(dummy, add_generation_prompt=False, tokenize=True, return_dict=False,
-                        chat_template=self.chat_template)
-        full = render(dummy + messages, add_generation_prompt=True, tokenize=True, return_dict=False,
-                      chat_template=self.chat_template)
+        prefix = render(
+            dummy, add_generation_prompt=False, tokenize=True, return_dict=False, chat_template=self.chat_template
+        )
+        full = render(
+            dummy + messages,
+            add_generation_prompt=True,
+            tokenize=True,
+            return_dict=False,
+            chat_template=self.chat_template,
+        )
         ends = [i for i, token in enumerate(prefix) if token == self.tokenizer.eos_token_id]
         if ends:
             prefix = prefix[: ends[-1] + 1]
-        return full[len(prefix):]
+        return full[len(prefix) :]
 
     def _result(self, conversation: Conversation) -> ToolLoopResult:
         counted = figures(conversation.completion, conversation.names)
         failures = sum(not call["ok"] for call in conversation.calls)
-        extra = {"transcript": transcript(conversation.completion), "tool_calls": conversation.calls,
-                 "tools": {"calls": len(conversation.calls), "failures": failures, "malformed": counted.malformed,
-                           "turns": counted.turns}}
-        return ToolLoopResult(conversation.index, completion_text(conversation.completion),
-                              len(conversation.completion_ids), conversation.model_tokens, extra,
-                              conversation.completion_ids, conversation.completion)
+        extra = {
+            "transcript": transcript(conversation.completion),
+            "tool_calls": conversation.calls,
+            "tools": {
+                "calls": len(conversation.calls),
+                "failures": failures,
+                "malformed": counted.malformed,
+                "turns": counted.turns,
+            },
+        }
+        return ToolLoopResult(
+            conversation.index,
+            completion_text(conversation.completion),
+            len(conversation.completion_ids),
+            conversation.model_tokens,
+            extra,
+            conversation.completion_ids,
+            conversation.completion,
+        )
 
 
 def tool_summary(records: list[dict[str, Any]]) -> dict[str, float] | None:
@@ -199,10 +238,11 @@ def tool_summary(records: list[dict[str, Any]]) -> dict[str, float] | None:
         return None
     n = len(figures_of)
     calls = sum(f["calls"] for f in figures_of)
-    return {"completions_with_calls": sum(f["calls"] > 0 for f in figures_of) / n,
-            "calls_per_completion": calls / n,
-            "failure_rate": sum(f["failures"] for f in figures_of) / calls if calls else 0.0,
-            "malformed_per_completion": sum(f["malformed"] for f in figures_of) / n,
-            "completions_with_malformed": sum(f["malformed"] > 0 for f in figures_of) / n,
-            "turns_per_completion": sum(f["turns"] for f in figures_of) / n}
-
+    return {
+        "completions_with_calls": sum(f["calls"] > 0 for f in figures_of) / n,
+        "calls_per_completion": calls / n,
+        "failure_rate": sum(f["failures"] for f in figures_of) / calls if calls else 0.0,
+        "malformed_per_completion": sum(f["malformed"] for f in figures_of) / n,
+        "completions_with_malformed": sum(f["malformed"] > 0 for f in figures_of) / n,
+        "turns_per_completion": sum(f["turns"] for f in figures_of) / n,
+    }

@@ -11,7 +11,8 @@ from __future__ import annotations
 import difflib
 import functools
 import inspect
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from grpo_cli.tools.calculator import calculator
 from grpo_cli.tools.guard import EnvironmentFailure, guard_tool, time_limit
@@ -33,8 +34,10 @@ def resolve_tool(name: str) -> Callable[..., Any]:
     if ":" not in name:
         close = difflib.get_close_matches(name, BUILTINS, n=1)
         hint = f"did you mean `{close[0]}`? " if close else ""
-        raise ToolLookupError(f"unknown tool `{name}`; {hint}built-ins: {', '.join(BUILTINS)}; or give your own as "
-                              "package.module:function or path/to/file.py:function")
+        raise ToolLookupError(
+            f"unknown tool `{name}`; {hint}built-ins: {', '.join(BUILTINS)}; or give your own as "
+            "package.module:function or path/to/file.py:function"
+        )
     func = _attribute(name, "tool")
     if inspect.isclass(func) or not callable(func):
         raise ToolLookupError(f"`{name}` is not a function; a tool is a plain (or async) function")
@@ -59,8 +62,11 @@ def resolve_environment(name: str) -> type:
 
 def environment_methods(cls: type) -> list[tuple[str, Callable[..., Any]]]:
     """The methods TRL offers the model as tools: public functions other than its hooks."""
-    return [(n, m) for n, m in inspect.getmembers(cls, predicate=inspect.isfunction)
-            if not n.startswith("_") and n not in ENVIRONMENT_HOOKS]
+    return [
+        (n, m)
+        for n, m in inspect.getmembers(cls, predicate=inspect.isfunction)
+        if not n.startswith("_") and n not in ENVIRONMENT_HOOKS
+    ]
 
 
 def _attribute(name: str, what: str) -> Any:
@@ -88,8 +94,10 @@ def schema_problem(func: Callable[..., Any]) -> str | None:
     return None
 
 
-_SCHEMA_HINT = ("; a tool needs a type hint on every argument and a docstring with an `Args:` line per argument "
-                "(transformers.utils.get_json_schema)")
+_SCHEMA_HINT = (
+    "; a tool needs a type hint on every argument and a docstring with an `Args:` line per argument "
+    "(transformers.utils.get_json_schema)"
+)
 
 
 def tool_name(func: Callable[..., Any]) -> str:
@@ -105,8 +113,9 @@ def guarded_environment(spec) -> Callable[[], Any]:
     """TRL's `environment_factory`: a subclass of the user's environment whose tool methods run behind the guard and
     whose `reset` / `get_reward` stop the run with one line (not a traceback) when they fail."""
     cls = resolve_environment(spec.name)
-    namespace: dict[str, Any] = {n: guard_tool(m, spec.timeout_s, spec.max_result_chars)
-                                 for n, m in environment_methods(cls)}
+    namespace: dict[str, Any] = {
+        n: guard_tool(m, spec.timeout_s, spec.max_result_chars) for n, m in environment_methods(cls)
+    }
     for hook in ENVIRONMENT_HOOKS:
         if callable(getattr(cls, hook, None)):
             namespace[hook] = _guarded_hook(getattr(cls, hook), f"environment `{spec.name}`: {hook}", spec.timeout_s)

@@ -9,8 +9,10 @@ from __future__ import annotations
 
 from grpo_cli.errors import UserError
 
-_FIX = ("use a model whose chat template supports tools (Qwen2.5 or Qwen3 Instruct, Llama 3.1/3.2 Instruct), or "
-        "point model.tokenizer at a tokenizer with such a template")
+_FIX = (
+    "use a model whose chat template supports tools (Qwen2.5 or Qwen3 Instruct, Llama 3.1/3.2 Instruct), or "
+    "point model.tokenizer at a tokenizer with such a template"
+)
 
 
 def check_tool_template(tokenizer, model_name: str) -> None:
@@ -18,11 +20,17 @@ def check_tool_template(tokenizer, model_name: str) -> None:
     from trl.chat_template_utils import add_response_schema, supports_tool_calling
 
     if not supports_tool_calling(tokenizer):
-        raise UserError(f"the chat template of {model_name} cannot render tool calls (it has none, or drops the call "
-                        f"or the tool's answer); {_FIX}", path="model.name")
+        raise UserError(
+            f"the chat template of {model_name} cannot render tool calls (it has none, or drops the call "
+            f"or the tool's answer); {_FIX}",
+            path="model.name",
+        )
     if getattr(tokenizer, "response_template", None) is None and getattr(tokenizer, "response_schema", None) is None:
         try:
             add_response_schema(tokenizer)  # what GRPOTrainer does itself; harmless to do first
         except ValueError:
-            raise UserError(f"the chat template of {model_name} renders tools, but TRL has no parser to read tool "
-                            f"calls back out of its output; {_FIX}", path="model.name") from None
+            raise UserError(
+                f"the chat template of {model_name} renders tools, but TRL has no parser to read tool "
+                f"calls back out of its output; {_FIX}",
+                path="model.name",
+            ) from None

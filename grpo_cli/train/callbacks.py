@@ -8,14 +8,15 @@ import os
 import signal
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from transformers import TrainerCallback
 
 from grpo_cli.cpu_memory import peak_rss
-from grpo_cli.train.reward_guard import GuardedReward
 from grpo_cli.runs.layout import METRICS_FILE, SAMPLES_FILE
+from grpo_cli.train.reward_guard import GuardedReward
 
 
 def peak_memory_gb() -> tuple[float, str]:
@@ -30,9 +31,15 @@ def peak_memory_gb() -> tuple[float, str]:
 class MetricsCallback(TrainerCallback):
     """One JSON line per logging step, plus a few completion samples; also feeds the progress display."""
 
-    def __init__(self, run_dir: Path, completions_per_step: int, generation_batch: int,
-                 recorder: GuardedReward | None, on_metrics: Callable[[dict], None],
-                 generation_seconds: Callable[[], float] | None = None):
+    def __init__(
+        self,
+        run_dir: Path,
+        completions_per_step: int,
+        generation_batch: int,
+        recorder: GuardedReward | None,
+        on_metrics: Callable[[dict], None],
+        generation_seconds: Callable[[], float] | None = None,
+    ):
         self.metrics_path = run_dir / METRICS_FILE
         self.samples_path = run_dir / SAMPLES_FILE
         self.completions_per_step = completions_per_step

@@ -58,8 +58,9 @@ class TrainingDisplay:
         if self.progress:
             self.progress.update(self.task, completed=record["step"], stats=stats)
         else:
-            self.console.print(f"step {record['step']}/{self.total}  {stats}  ({record['step_time_s']:.1f}s/step)",
-                               highlight=False)
+            self.console.print(
+                f"step {record['step']}/{self.total}  {stats}  ({record['step_time_s']:.1f}s/step)", highlight=False
+            )
 
     def summary(self) -> Table:
         """First and last logged values of the headline metrics."""

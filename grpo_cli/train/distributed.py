@@ -38,10 +38,16 @@ def check_engine(recipe: Recipe) -> None:
 
     from grpo_cli.errors import UserError
 
-    if recipe.distributed.accelerate_config is None and recipe.distributed.zero_stage is not None \
-            and importlib.util.find_spec("deepspeed") is None:
-        raise UserError("DeepSpeed is not installed: `pip install deepspeed` (or pip install -e \".[deepspeed]\"), "
-                        "or use distributed.strategy=fsdp", path="distributed.strategy")
+    if (
+        recipe.distributed.accelerate_config is None
+        and recipe.distributed.zero_stage is not None
+        and importlib.util.find_spec("deepspeed") is None
+    ):
+        raise UserError(
+            'DeepSpeed is not installed: `pip install deepspeed` (or pip install -e ".[deepspeed]"), '
+            "or use distributed.strategy=fsdp",
+            path="distributed.strategy",
+        )
 
 
 # TRL ships one accelerate config per strategy (trl/accelerate_configs/, the files its docs launch with).
@@ -65,11 +71,18 @@ def accelerate_config(recipe: Recipe, on_cpu: bool) -> dict[str, Any]:
     if not path.is_file():
         from importlib.metadata import version
 
-        raise UserError(f"the installed trl {version('trl')} ships no {path.name} accelerate config; write your own "
-                        "with `accelerate config` and set distributed.accelerate_config", path="distributed.strategy")
+        raise UserError(
+            f"the installed trl {version('trl')} ships no {path.name} accelerate config; write your own "
+            "with `accelerate config` and set distributed.accelerate_config",
+            path="distributed.strategy",
+        )
     config = yaml.safe_load(path.read_text(encoding="utf-8"))
-    config.update(num_processes=d.num_processes, num_machines=d.num_machines, machine_rank=d.machine_rank,
-                  mixed_precision=mixed_precision_here(recipe, on_cpu))
+    config.update(
+        num_processes=d.num_processes,
+        num_machines=d.num_machines,
+        machine_rank=d.machine_rank,
+        mixed_precision=mixed_precision_here(recipe, on_cpu),
+    )
     if d.main_process_ip:
         config["main_process_ip"] = d.main_process_ip
     if d.main_process_port:
@@ -88,8 +101,17 @@ def write_accelerate_config(recipe: Recipe, directory: Path, on_cpu: bool) -> Pa
 
 def launch_command(config: Path, train_args: list[str]) -> list[str]:
     """`accelerate launch --config_file CONFIG -m grpo_cli train ...`: the same command line, once per rank."""
-    return [sys.executable, "-m", "accelerate.commands.launch", "--config_file", str(config),
-            "-m", "grpo_cli", "train", *train_args]
+    return [
+        sys.executable,
+        "-m",
+        "accelerate.commands.launch",
+        "--config_file",
+        str(config),
+        "-m",
+        "grpo_cli",
+        "train",
+        *train_args,
+    ]
 
 
 def launch(recipe: Recipe, resume: bool, echo=print) -> int:

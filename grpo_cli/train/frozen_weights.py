@@ -26,16 +26,24 @@ def frozen_linears(model) -> list:
     import torch
 
     output = model.get_output_embeddings()
-    return [module for module in model.modules() if isinstance(module, torch.nn.Linear) and module is not output
-            and not module.weight.requires_grad]
+    return [
+        module
+        for module in model.modules()
+        if isinstance(module, torch.nn.Linear) and module is not output and not module.weight.requires_grad
+    ]
 
 
 def planned_dtype(recipe, mixed: str) -> str | None:
     """The dtype `narrow` will give the frozen Linear weights, decided from the recipe before the model loads (so
     load_model can keep them as a checkpoint stores them); None when it will not apply."""
-    if recipe.lora is None or recipe.quantization is not None or recipe.model.dtype != "float32" \
-            or recipe.grpo.use_vllm or recipe.distributed.strategy in ("zero3", "fsdp") \
-            or recipe.distributed.accelerate_config:  # a user's own config may shard
+    if (
+        recipe.lora is None
+        or recipe.quantization is not None
+        or recipe.model.dtype != "float32"
+        or recipe.grpo.use_vllm
+        or recipe.distributed.strategy in ("zero3", "fsdp")
+        or recipe.distributed.accelerate_config
+    ):  # a user's own config may shard
         return None
     return AUTOCAST_DTYPES.get(mixed)
 
@@ -48,8 +56,13 @@ def narrow(trainer, mixed: str) -> str | None:
 
     model = trainer.accelerator.unwrap_model(trainer.model)
     name = AUTOCAST_DTYPES.get(mixed)
-    if name is None or not hasattr(model, "peft_config") or getattr(model, "is_loaded_in_4bit", False) \
-            or getattr(model, "is_loaded_in_8bit", False) or getattr(trainer, "use_vllm", False):
+    if (
+        name is None
+        or not hasattr(model, "peft_config")
+        or getattr(model, "is_loaded_in_4bit", False)
+        or getattr(model, "is_loaded_in_8bit", False)
+        or getattr(trainer, "use_vllm", False)
+    ):
         return None
     backend = DistributedBackend(trainer.accelerator)
     if backend.is_zero3 or backend.is_fsdp:

@@ -5,7 +5,7 @@ generate-and-score method, for this display and for preflight's phase timing."""
 from __future__ import annotations
 
 import time
-from typing import Callable
+from collections.abc import Callable
 
 from transformers import TrainerCallback
 
@@ -21,8 +21,10 @@ def trl_seam(trainer, name: str, purpose: str) -> Callable:
     if not callable(method):
         from importlib.metadata import version
 
-        raise UserError(f"the installed trl {version('trl')} has no GRPOTrainer.{name}, which grpo {purpose}; "
-                        "install the trl range grpo supports: pip install 'trl>=1.16,<2'")
+        raise UserError(
+            f"the installed trl {version('trl')} has no GRPOTrainer.{name}, which grpo {purpose}; "
+            "install the trl range grpo supports: pip install 'trl>=1.16,<2'"
+        )
     return method
 
 
@@ -82,8 +84,10 @@ class StepPhases(TrainerCallback):
         self.calls += 1  # call 1 reads the prompts; each later call adds one token to every unfinished completion
         if self.calls > 1 and (self.calls % 8 == 0 or self.calls == 2):
             elapsed = time.perf_counter() - self.started
-            self.show(f"generating {self.batch} completions: token {self.calls - 1}/{self.budget} "
-                      f"({(self.calls - 1) * self.batch / elapsed:.0f} tokens/s)")
+            self.show(
+                f"generating {self.batch} completions: token {self.calls - 1}/{self.budget} "
+                f"({(self.calls - 1) * self.batch / elapsed:.0f} tokens/s)"
+            )
 
     def on_substep_end(self, args, state, control, **kwargs):
         self.micro += 1

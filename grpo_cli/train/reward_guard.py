@@ -14,8 +14,9 @@ import math
 import numbers
 import signal
 import threading
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Any, Callable, Iterator
+from typing import Any
 
 from grpo_cli.tools.calls import batch_metrics, transcript
 from rewards.answers import completion_text
@@ -26,8 +27,14 @@ class RewardFailure(Exception):
 
 
 class GuardedReward:
-    def __init__(self, func: Callable[..., Any], timeout_s: float | None = None, warn: Callable[[str], None] = print,
-                 record: bool = False, tool_names: set[str] | None = None):
+    def __init__(
+        self,
+        func: Callable[..., Any],
+        timeout_s: float | None = None,
+        warn: Callable[[str], None] = print,
+        record: bool = False,
+        tool_names: set[str] | None = None,
+    ):
         self.func = func
         self.tool_names = tool_names  # with tools: the recording reward also logs the malformed-call figures
         self.__name__ = getattr(func, "__name__", type(func).__name__)
@@ -41,24 +48,30 @@ class GuardedReward:
         step = f" at step {state.global_step + 1}" if state is not None else ""  # outside training: no step
         expected = len(completions or [])
         try:
-            with _time_limit(self.timeout_s, f"reward `{self.__name__}` took longer than its timeout_s "
-                                             f"({self.timeout_s} s){step}"):
+            with _time_limit(
+                self.timeout_s, f"reward `{self.__name__}` took longer than its timeout_s ({self.timeout_s} s){step}"
+            ):
                 out = self.func(prompts=prompts, completions=completions, completion_ids=completion_ids, **columns)
                 values = self._as_list(out, step)  # inside the limit: a generator computes as it is read
         except RewardFailure:
             raise
         except Exception as exc:
-            raise RewardFailure(f"reward `{self.__name__}` raised{step}: {type(exc).__name__}: "
-                                f"{str(exc)[:300]}") from exc
+            raise RewardFailure(
+                f"reward `{self.__name__}` raised{step}: {type(exc).__name__}: {str(exc)[:300]}"
+            ) from exc
         if len(values) != expected:
-            raise RewardFailure(f"reward `{self.__name__}` returned {len(values)} values{step} for "
-                                f"{expected} completions; return one number (or None) per completion")
+            raise RewardFailure(
+                f"reward `{self.__name__}` returned {len(values)} values{step} for "
+                f"{expected} completions; return one number (or None) per completion"
+            )
         values = self._numbers(values, step)
         if self.record:
             answers = columns.get("answer") or [None] * expected
             shown = transcript if self.tool_names is not None else completion_text  # with tools: calls and results
-            self.latest = [{"prompt": _last_user_message(p), "completion": shown(c), "answer": a,
-                            self.__name__: v} for p, c, a, v in zip(prompts or [], completions or [], answers, values)]
+            self.latest = [
+                {"prompt": _last_user_message(p), "completion": shown(c), "answer": a, self.__name__: v}
+                for p, c, a, v in zip(prompts or [], completions or [], answers, values)
+            ]
             log_metric = columns.get("log_metric")
             if self.tool_names is not None and callable(log_metric):
                 for name, value in batch_metrics(completions or [], self.tool_names).items():
@@ -67,16 +80,22 @@ class GuardedReward:
 
     def _as_list(self, out: Any, step: str) -> list[Any]:
         if out is None:
-            raise RewardFailure(f"reward `{self.__name__}` returned None{step} (a missing `return`?); "
-                                "return a list with one number (or None) per completion")
+            raise RewardFailure(
+                f"reward `{self.__name__}` returned None{step} (a missing `return`?); "
+                "return a list with one number (or None) per completion"
+            )
         if isinstance(out, (str, bytes, dict)):
-            raise RewardFailure(f"reward `{self.__name__}` returned a {type(out).__name__}{step}; return "
-                                "a list with one number (or None) per completion")
+            raise RewardFailure(
+                f"reward `{self.__name__}` returned a {type(out).__name__}{step}; return "
+                "a list with one number (or None) per completion"
+            )
         try:
             return list(out)
         except TypeError:
-            raise RewardFailure(f"reward `{self.__name__}` returned {type(out).__name__}{step}, not a "
-                                "list; return one number (or None) per completion") from None
+            raise RewardFailure(
+                f"reward `{self.__name__}` returned {type(out).__name__}{step}, not a "
+                "list; return one number (or None) per completion"
+            ) from None
 
     def _numbers(self, values: list[Any], step: str) -> list[float | None]:
         out: list[float | None] = []
@@ -89,11 +108,15 @@ class GuardedReward:
                 nonfinite += not math.isfinite(number)
                 out.append(number if math.isfinite(number) else None)
             else:
-                raise RewardFailure(f"reward `{self.__name__}` returned {value!r:.60} ({type(value).__name__}) for "
-                                    f"completion {index}{step}; rewards are numbers (or None)")
+                raise RewardFailure(
+                    f"reward `{self.__name__}` returned {value!r:.60} ({type(value).__name__}) for "
+                    f"completion {index}{step}; rewards are numbers (or None)"
+                )
         if nonfinite:
-            self.warn(f"warning: reward `{self.__name__}` returned NaN or infinity for {nonfinite} of {len(values)} "
-                      f"completions{step}; they count as not judged (None)")
+            self.warn(
+                f"warning: reward `{self.__name__}` returned NaN or infinity for {nonfinite} of {len(values)} "
+                f"completions{step}; they count as not judged (None)"
+            )
         return out
 
 

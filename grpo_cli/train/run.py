@@ -51,8 +51,10 @@ def train(recipe: Recipe, resume: bool = False, console: Console | None = None) 
     check_runtime(recipe)
     checkpoint = _start(recipe, resume, console)
     reward_funcs = guarded_rewards(recipe, warn=lambda line: console.print(line, style="yellow", highlight=False))
-    console.print(f"[bold]grpo train[/] {recipe.run_name}: {recipe.method} on {recipe.model.name} "
-                  f"({precision_label(recipe)}) -> {recipe.output_dir}")
+    console.print(
+        f"[bold]grpo train[/] {recipe.run_name}: {recipe.method} on {recipe.model.name} "
+        f"({precision_label(recipe)}) -> {recipe.output_dir}"
+    )
     for line in ram_warning(recipe):
         console.print(line, style="yellow", highlight=False, soft_wrap=True)
     interrupt = InterruptCallback()
@@ -64,8 +66,9 @@ def train(recipe: Recipe, resume: bool = False, console: Console | None = None) 
     final_dir = _save_final(trainer, recipe, interrupt.requested, console)
     console.print(display.summary())
     if final_dir:
-        console.print(f"saved {'adapter' if recipe.lora else 'model'} to {final_dir}; plot with: grpo report "
-                      f"{recipe.output_dir}")
+        console.print(
+            f"saved {'adapter' if recipe.lora else 'model'} to {final_dir}; plot with: grpo report {recipe.output_dir}"
+        )
     return TrainResult(recipe.output_dir, trainer.state.global_step, interrupt.requested, final_dir, display.history)
 
 
@@ -77,11 +80,22 @@ def _watch(trainer, recipe: Recipe, console: Console, rows: int, recorder):
     from grpo_cli.train.phases import StepPhases
 
     display = TrainingDisplay(console, recipe.total_steps(rows))
-    phases = StepPhases(display.phase, recipe.grpo.max_completion_length, recipe.generation_batch_per_process,
-                        recipe.training.gradient_accumulation_steps)
-    trainer.add_callback(MetricsCallback(recipe.output_dir, recipe.training.log_completions,
-                                         recipe.generation_batch_size, recorder, on_metrics=display.update,
-                                         generation_seconds=phases.take_generation_seconds))
+    phases = StepPhases(
+        display.phase,
+        recipe.grpo.max_completion_length,
+        recipe.generation_batch_per_process,
+        recipe.training.gradient_accumulation_steps,
+    )
+    trainer.add_callback(
+        MetricsCallback(
+            recipe.output_dir,
+            recipe.training.log_completions,
+            recipe.generation_batch_size,
+            recorder,
+            on_metrics=display.update,
+            generation_seconds=phases.take_generation_seconds,
+        )
+    )
     phases.install(trainer)
     return display
 
@@ -118,7 +132,9 @@ def _save_final(trainer, recipe: Recipe, interrupted: bool, console: Console) ->
         if trainer.is_world_process_zero():
             trainer.processing_class.save_pretrained(str(final_dir))
     if trainer.is_world_process_zero():
-        write_model_card(recipe.output_dir, recipe)  # after the last save: TRL and PEFT each write their stock card there
+        write_model_card(
+            recipe.output_dir, recipe
+        )  # after the last save: TRL and PEFT each write their stock card there
     return final_dir
 
 
@@ -143,8 +159,10 @@ def ram_warning(recipe: Recipe) -> list[str]:
     plan = memory_plan(recipe, arch, "cpu", available)
     if plan.fits:
         return []
-    lines = [f"warning: the plan expects a peak RSS of {plan.peak_rss / GIB:.1f} GiB and {available / GIB:.1f} GiB is "
-             "available: the kernel may stop this run without a message"]
+    lines = [
+        f"warning: the plan expects a peak RSS of {plan.peak_rss / GIB:.1f} GiB and {available / GIB:.1f} GiB is "
+        "available: the kernel may stop this run without a message"
+    ]
     for label, changes, peak in suggest(recipe, arch, "cpu", available)[:1]:
         lines.append(f"  {label} ({peak / GIB:.1f} GiB): add {' '.join(override_args(changes))}")
     return lines
@@ -152,8 +170,8 @@ def ram_warning(recipe: Recipe) -> list[str]:
 
 def _start(recipe: Recipe, resume: bool, console: Console) -> Path | None:
     """The checkpoint to resume from (None: step 0). The launcher prepared the directory for launched ranks."""
-    from grpo_cli.train.distributed import is_launched_rank
     from grpo_cli.runs.checkpoints import newest_complete, prepare_run_dir
+    from grpo_cli.train.distributed import is_launched_rank
 
     if is_launched_rank():
         return newest_complete(recipe.output_dir)[0] if resume else None

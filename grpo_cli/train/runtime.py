@@ -14,7 +14,9 @@ def check_runtime(recipe: Recipe) -> None:
 
     cuda = torch.cuda.is_available()
     if recipe.grpo.use_liger_kernel and not cuda:
-        raise UserError("Liger kernels need a CUDA GPU; set grpo.use_liger_kernel=false here", path="grpo.use_liger_kernel")
+        raise UserError(
+            "Liger kernels need a CUDA GPU; set grpo.use_liger_kernel=false here", path="grpo.use_liger_kernel"
+        )
     if recipe.grpo.use_liger_kernel and importlib.util.find_spec("liger_kernel") is None:
         raise UserError("liger-kernel is not installed: pip install 'grpo-cli[liger]'", path="grpo.use_liger_kernel")
     if recipe.grpo.use_vllm and (not cuda or importlib.util.find_spec("vllm") is None):

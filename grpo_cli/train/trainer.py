@@ -4,13 +4,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
-
 from grpo_cli.quiet import quiet_libraries
 from grpo_cli.recipe.schema import GRPOSection, Recipe
 
 
-def build_trainer(recipe: Recipe, run_dir: Path, callbacks: list | None = None, reward_funcs: list | None = None,
-                  tokenizer=None):
+def build_trainer(
+    recipe: Recipe, run_dir: Path, callbacks: list | None = None, reward_funcs: list | None = None, tokenizer=None
+):
     """The single, explicit mapping of a validated recipe onto TRL's GRPOTrainer. `tokenizer`: one the caller
     loaded already, since a second copy stays resident beside the first (benchmarks/cpu_memory.txt)."""
     from transformers import PrinterCallback
@@ -75,8 +75,10 @@ def _trainer_class(grpo: GRPOSection) -> tuple[type, dict]:
     if grpo.zero_variance_groups == "keep":
         return GRPOTrainer, {}
     zero_variance.check_seams()
-    return zero_variance.ZeroVarianceTrainer, {"zero_variance_mode": grpo.zero_variance_groups,
-                                               "zero_variance_rounds": grpo.zero_variance_rounds}
+    return zero_variance.ZeroVarianceTrainer, {
+        "zero_variance_mode": grpo.zero_variance_groups,
+        "zero_variance_rounds": grpo.zero_variance_rounds,
+    }
 
 
 def _faster_generation(trainer, mixed: str) -> None:
@@ -110,5 +112,7 @@ def guarded_rewards(recipe: Recipe, warn=print) -> list:
         from grpo_cli.tools.registry import tool_names
 
         names = tool_names(recipe.tools, recipe.environment)
-    return [GuardedReward(func, spec.timeout_s, warn, record=index == 0, tool_names=names if index == 0 else None)
-            for index, (func, spec) in enumerate(zip(resolve_rewards(recipe.rewards), recipe.rewards))]
+    return [
+        GuardedReward(func, spec.timeout_s, warn, record=index == 0, tool_names=names if index == 0 else None)
+        for index, (func, spec) in enumerate(zip(resolve_rewards(recipe.rewards), recipe.rewards))
+    ]

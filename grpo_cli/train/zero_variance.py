@@ -20,17 +20,30 @@ from grpo_cli.errors import UserError
 ZERO_STD_TOLERANCE = 1e-3
 SEAMS = ("_calculate_rewards", "_generate_and_score_completions")
 # Per-row tensors of the generate-and-score output that rows can be dropped from; any other key: mask only.
-ROW_KEYS = {"prompt_ids", "prompt_mask", "completion_ids", "completion_mask", "advantages", "old_per_token_logps",
-            "ref_per_token_logps", "sampling_per_token_logps", "importance_sampling_ratio", "tool_mask"}
+ROW_KEYS = {
+    "prompt_ids",
+    "prompt_mask",
+    "completion_ids",
+    "completion_mask",
+    "advantages",
+    "old_per_token_logps",
+    "ref_per_token_logps",
+    "sampling_per_token_logps",
+    "importance_sampling_ratio",
+    "tool_mask",
+}
 
 
 def check_seams() -> None:
     """Fail at start-up, naming TRL's version, when the methods this relies on are gone."""
     missing = [name for name in SEAMS if not callable(getattr(GRPOTrainer, name, None))]
     if missing:
-        raise UserError(f"grpo.zero_variance_groups=skip needs GRPOTrainer.{missing[0]}, which the installed trl "
-                        f"{_trl_version()} does not have; use grpo.zero_variance_groups=keep, or pip install "
-                        "'trl>=1.16,<2'", path="grpo.zero_variance_groups")
+        raise UserError(
+            f"grpo.zero_variance_groups=skip needs GRPOTrainer.{missing[0]}, which the installed trl "
+            f"{_trl_version()} does not have; use grpo.zero_variance_groups=keep, or pip install "
+            "'trl>=1.16,<2'",
+            path="grpo.zero_variance_groups",
+        )
 
 
 def zero_variance_groups(rewards_per_func: torch.Tensor, weights: torch.Tensor, group: int) -> torch.Tensor:
@@ -62,17 +75,26 @@ class ZeroVarianceTrainer(GRPOTrainer):
         if not self.model.training:
             return output
         if not {"completion_mask", "advantages", "num_items_in_batch"} <= set(output):
-            raise UserError(f"trl {_trl_version()} changed what GRPOTrainer.{SEAMS[1]} returns; use "
-                            "grpo.zero_variance_groups=keep", path="grpo.zero_variance_groups")
+            raise UserError(
+                f"trl {_trl_version()} changed what GRPOTrainer.{SEAMS[1]} returns; use grpo.zero_variance_groups=keep",
+                path="grpo.zero_variance_groups",
+            )
         keep, flat_groups = self._informative_rows(output)
         rounds = 0
-        while (self.zero_variance_mode == "resample" and not keep.all() and rounds < self.zero_variance_rounds
-               and set(output) - {"num_items_in_batch"} <= ROW_KEYS):
+        while (
+            self.zero_variance_mode == "resample"
+            and not keep.all()
+            and rounds < self.zero_variance_rounds
+            and set(output) - {"num_items_in_batch"} <= ROW_KEYS
+        ):
             rounds += 1
             output, keep = self._replace_flat_groups(output, keep)
         if self.zero_variance_mode == "resample" and not keep.all() and rounds == self.zero_variance_rounds:
-            print(f"zero-variance groups: {int((~keep).sum()) // self.num_generations} still flat after "
-                  f"{rounds} extra generation round(s) (grpo.zero_variance_rounds); skipping them", flush=True)
+            print(
+                f"zero-variance groups: {int((~keep).sum()) // self.num_generations} still flat after "
+                f"{rounds} extra generation round(s) (grpo.zero_variance_rounds); skipping them",
+                flush=True,
+            )
         self._metrics["train"]["zero_variance/groups_flat"].append(float(flat_groups))
         self._metrics["train"]["zero_variance/groups_skipped"].append(float((~keep).sum()) / self.num_generations)
         self._metrics["train"]["zero_variance/extra_rounds"].append(float(rounds))
@@ -83,7 +105,7 @@ class ZeroVarianceTrainer(GRPOTrainer):
         flat = zero_variance_groups(self._gathered_rewards, self.reward_weights, self.num_generations)
         rows = len(output["advantages"])
         start = self.accelerator.process_index * rows
-        keep = (~flat).repeat_interleave(self.num_generations)[start:start + rows]
+        keep = (~flat).repeat_interleave(self.num_generations)[start : start + rows]
         return keep.to(output["advantages"].device), int(flat.sum())
 
     def _replace_flat_groups(self, output, keep):
