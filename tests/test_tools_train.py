@@ -11,9 +11,10 @@ from safetensors.torch import load_file
 
 from conftest import ASSETS, write_recipe
 from grpo_cli.recipe.validation import load_recipe
+from grpo_cli.runs.report import TOOL_KEYS, panels_for, plot_run
 from grpo_cli.train.run import train
 from grpo_cli.train.trainer import build_trainer
-from tool_models import SYSTEM
+from tool_models import CALLERS, SYSTEM
 
 TOOL_SECTIONS = dict(
     data={"source": "generated", "limit": 32, "system_prompt": SYSTEM},
@@ -39,6 +40,8 @@ def test_tool_calls_are_executed_masked_from_the_loss_and_counted(tmp_path, tool
     assert any("<tool_call>" in s and "<tool_response>\n5\n</tool_response>" in s for s in samples), samples
     adapter = load_file(result.final_dir / "adapter_model.safetensors")
     assert any(v.abs().sum() > 0 for k, v in adapter.items() if "lora_B" in k), "LoRA B starts at zero and must move"
+    assert ("tool calls per completion; failed share of calls", list(TOOL_KEYS)) in panels_for(metrics)
+    assert plot_run(result.run_dir).stat().st_size > 10_000
 
 
 def test_tool_results_are_in_the_next_turn_and_out_of_the_loss(tmp_path, tool_model):
@@ -47,7 +50,8 @@ def test_tool_results_are_in_the_next_turn_and_out_of_the_loss(tmp_path, tool_mo
     recipe = load_recipe(write_recipe(tmp_path, tool_model, **TOOL_SECTIONS))
     recipe.output_dir.mkdir(parents=True)
     trainer, prepared = build_trainer(recipe, recipe.output_dir)
-    batch = trainer._generate_and_score_completions([prepared.dataset[i] for i in range(2) for _ in range(4)])
+    callers = [row for row in prepared.dataset if row["question"].startswith(CALLERS)][:2]  # the model calls on these
+    batch = trainer._generate_and_score_completions([row for row in callers for _ in range(4)])
     tokenizer = trainer.processing_class
     masked = [(ids, mask) for ids, mask in zip(batch["completion_ids"], batch["tool_mask"]) if (mask == 0).any()]
     assert masked, "no completion called the tool"

@@ -1,7 +1,6 @@
-"""A tiny offline model that calls tools: TRL's Qwen2.5 chat template (so TRL parses its `<tool_call>` blocks), and a
-few supervised steps on conversations in which half the questions are answered through a calculator call and half
-directly. It learns both habits without telling the questions apart well, so it calls the tool on some problems and
-answers others at once, each in a well-formed way."""
+"""A tiny offline model that calls tools: TRL's Qwen2.5 chat template (so TRL parses its `<tool_call>` blocks), and
+supervised steps on conversations in which questions about some people are answered through a calculator call and
+the others directly. It calls the tool on some problems and answers others at once, each in a well-formed way."""
 
 from __future__ import annotations
 
@@ -40,17 +39,22 @@ def _tokenizer(directory: Path, rendered: list[str]):
     return fast
 
 
+# Questions about these people are answered through the calculator, the others directly: a rule a two-layer model
+# learns from the first word, so under greedy decoding it calls on some problems and not on others, every time.
+CALLERS = ("Ava", "Chloe", "Elena", "Farid", "Grace", "Hiro")
+
+
 def conversations(questions: list[str]) -> list[list[dict]]:
-    """What the model is taught: a call and an answer from its result, or (every other question) a direct answer."""
+    """What the model is taught: a call and an answer from its result (questions about CALLERS), or a direct answer."""
     call = {
         "role": "assistant",
         "content": "",
         "tool_calls": [{"type": "function", "function": {"name": "calculator", "arguments": {"expression": "2 + 3"}}}],
     }
     out = []
-    for index, question in enumerate(questions):
+    for question in questions:
         head = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": question}]
-        if index % 2:
+        if not question.startswith(CALLERS):
             out.append(head + [{"role": "assistant", "content": DIRECT_TEXT}])
         else:
             out.append(
@@ -64,7 +68,7 @@ def conversations(questions: list[str]) -> list[list[dict]]:
     return out
 
 
-def build_tool_model(directory: Path, steps: int = 60) -> Path:
+def build_tool_model(directory: Path, steps: int = 300) -> Path:
     import torch
     import torch.nn.functional as F
     from transformers import AutoModelForCausalLM, LlamaConfig
@@ -73,7 +77,7 @@ def build_tool_model(directory: Path, steps: int = 60) -> Path:
     from grpo_cli.tools.calculator import calculator
 
     directory.mkdir(parents=True, exist_ok=True)
-    questions = [row["question"] for row in generate_problems(8, seed=3)]
+    questions = [row["question"] for row in generate_problems(64, seed=3)]
     chats = conversations(questions)
     probe = _tokenizer(directory, [])  # a first tokenizer only to render the texts the real one is trained on
     rendered = [probe.apply_chat_template(chat, tools=[calculator], tokenize=False) for chat in chats]

@@ -8,6 +8,8 @@ from grpo_cli.errors import UserError
 from grpo_cli.files import check_writable_file, read_jsonl
 from grpo_cli.runs.layout import METRICS_FILE, REPORT_FILE, reward_keys
 
+TOOL_KEYS = ("tools/call_frequency", "tools/failure_frequency", "tools/malformed_frequency")
+
 
 def read_metrics(run_dir: Path, warn=None) -> list[dict]:
     """The logged steps; lines a killed run leaves (cut short, stray, without `step`) are skipped and `warn`ed."""
@@ -23,8 +25,21 @@ def read_metrics(run_dir: Path, warn=None) -> list[dict]:
     return read.rows
 
 
+def panels_for(rows: list[dict]) -> list[tuple[str, list[str]]]:
+    """(title, metric keys) of each panel the report draws for these logged steps."""
+    panels = [("reward", ["reward", *reward_keys({k for r in rows for k in r})])]
+    if any(r.get("kl") is not None for r in rows):
+        panels.append(("KL to reference", ["kl"]))
+    panels.append(("completion length (tokens)", ["completions/mean_length"]))
+    tool_keys = [k for k in TOOL_KEYS if any(r.get(k) is not None for r in rows)]
+    if tool_keys:  # a run with tools: how often the model calls, fails, and tries in a form the parser misses
+        panels.append(("tool calls per completion; failed share of calls", tool_keys))
+    return panels
+
+
 def plot_run(run_dir: Path, output: Path | None = None, warn=None) -> Path:
-    """Write the PNG (reward total and per reward; KL when beta > 0; completion length) and return its path."""
+    """Write the PNG (reward total and per reward; KL when beta > 0; completion length; tool calls when the run has
+    tools) and return its path."""
     rows = read_metrics(run_dir, warn)
     output = output or run_dir / REPORT_FILE
     check_writable_file(output, force=True)  # the report is ours to redraw; a missing folder is the user's to fix
@@ -34,11 +49,7 @@ def plot_run(run_dir: Path, output: Path | None = None, warn=None) -> Path:
     import matplotlib.pyplot as plt
 
     steps = [r["step"] for r in rows]
-    per_reward = reward_keys({k for r in rows for k in r})
-    panels = [("reward", ["reward", *per_reward])]
-    if any(r.get("kl") is not None for r in rows):
-        panels.append(("KL to reference", ["kl"]))
-    panels.append(("completion length (tokens)", ["completions/mean_length"]))
+    panels = panels_for(rows)
 
     fig, axes = plt.subplots(len(panels), 1, figsize=(8, 3 * len(panels)), sharex=True, squeeze=False)
     for ax, (title, keys) in zip(axes[:, 0], panels):
@@ -46,7 +57,11 @@ def plot_run(run_dir: Path, output: Path | None = None, warn=None) -> Path:
             values = [r.get(key) for r in rows]
             points = [(s, v) for s, v in zip(steps, values) if v is not None]
             if points:
-                label = key.removeprefix("rewards/").removesuffix("/mean") if key != "reward" else "total"
+                label = (
+                    key.removeprefix("rewards/").removeprefix("tools/").removesuffix("/mean")
+                    if key != "reward"
+                    else "total"
+                )
                 ax.plot(*zip(*points), label=label, linewidth=2.0 if key == "reward" else 1.2)
         ax.set_title(title)
         ax.grid(alpha=0.3)
