@@ -51,3 +51,24 @@ def test_too_few_usable_rows_names_the_data_source(tmp_path, tiny_llama):
     data = write_jsonl(rows, tmp_path / "few.jsonl")
     recipe = write_recipe(tmp_path, tiny_llama, data={"source": str(data), "limit": None})
     one_clean_line(runner.invoke(app, ["train", str(recipe)]), f"only 1 usable prompt(s) in {data}", "data.source")
+
+
+def test_export_of_a_mistyped_run_says_it_does_not_exist(tmp_path):
+    (tmp_path / "runs" / "demo").mkdir(parents=True)
+    result = runner.invoke(app, ["export", str(tmp_path / "runs" / "dmeo"), "--merge", str(tmp_path / "out")])
+    one_clean_line(
+        result,
+        f"run directory {tmp_path / 'runs' / 'dmeo'} does not exist",
+        f"did you mean {tmp_path / 'runs' / 'demo'}?",
+    )
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_failing_reward_is_named_as_the_recipe_names_it(tmp_path, tiny_llama):
+    score = "def score(prompts=None, completions=None, **kw):\n    {}\n"
+    (tmp_path / "a_rewards.py").write_text(score.format("return [0.0 for c in completions]"))
+    (tmp_path / "b_rewards.py").write_text(score.format("raise KeyError('gold')"))
+    rewards = [{"name": f"{tmp_path / 'a_rewards.py'}:score"}, {"name": f"{tmp_path / 'b_rewards.py'}:score"}]
+    recipe = write_recipe(tmp_path, tiny_llama, rewards=rewards)
+    line = one_clean_line(runner.invoke(app, ["train", str(recipe)]), f"reward `{tmp_path / 'b_rewards.py'}:score`")
+    assert "a_rewards.py" not in line, line

@@ -14,6 +14,11 @@ def merge_lora_run(run_dir: Path, output: Path, force: bool = False) -> Path:
     from grpo_cli.models import is_lora_adapter, pretrained_kwargs, resolve_model_path
     from grpo_cli.recipe.validation import load_recipe
 
+    if not run_dir.is_dir():
+        raise UserError(
+            f"run directory {run_dir} does not exist{_did_you_mean(run_dir)}; give the folder "
+            "`grpo train` wrote (training.output_dir, by default runs/<recipe name>)"
+        )
     adapter = run_dir / FINAL_DIR
     if not is_lora_adapter(adapter):
         raise UserError(f"{adapter} holds no LoRA adapter: only finished LoRA/QLoRA runs can be merged")
@@ -33,3 +38,13 @@ def merge_lora_run(run_dir: Path, output: Path, force: bool = False) -> Path:
     merged.save_pretrained(output)
     AutoTokenizer.from_pretrained(str(adapter)).save_pretrained(output)
     return output
+
+
+def _did_you_mean(missing: Path) -> str:
+    """`; did you mean runs/demo?` when a folder beside the missing one has a close name (a typo)."""
+    import difflib
+
+    parent = missing.parent if missing.parent.is_dir() else None
+    names = [p.name for p in parent.iterdir() if p.is_dir()] if parent else []
+    close = difflib.get_close_matches(missing.name, names, n=1)
+    return f"; did you mean {missing.parent / close[0]}?" if close else ""

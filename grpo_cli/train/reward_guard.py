@@ -34,10 +34,12 @@ class GuardedReward:
         warn: Callable[[str], None] = print,
         record: bool = False,
         tool_names: set[str] | None = None,
+        label: str | None = None,
     ):
         self.func = func
         self.tool_names = tool_names  # with tools: the recording reward also logs the malformed-call figures
-        self.__name__ = getattr(func, "__name__", type(func).__name__)
+        self.__name__ = getattr(func, "__name__", type(func).__name__)  # TRL's metric key: rewards/<name>/mean
+        self.label = label or self.__name__  # as the recipe names it (my_rewards.py:score), for messages
         self.timeout_s = timeout_s
         self.warn = warn
         self.record = record  # keep the latest (prompt, completion, answer, reward) rows for samples.jsonl
@@ -49,19 +51,17 @@ class GuardedReward:
         expected = len(completions or [])
         try:
             with _time_limit(
-                self.timeout_s, f"reward `{self.__name__}` took longer than its timeout_s ({self.timeout_s} s){step}"
+                self.timeout_s, f"reward `{self.label}` took longer than its timeout_s ({self.timeout_s} s){step}"
             ):
                 out = self.func(prompts=prompts, completions=completions, completion_ids=completion_ids, **columns)
                 values = self._as_list(out, step)  # inside the limit: a generator computes as it is read
         except RewardFailure:
             raise
         except Exception as exc:
-            raise RewardFailure(
-                f"reward `{self.__name__}` raised{step}: {type(exc).__name__}: {str(exc)[:300]}"
-            ) from exc
+            raise RewardFailure(f"reward `{self.label}` raised{step}: {type(exc).__name__}: {str(exc)[:300]}") from exc
         if len(values) != expected:
             raise RewardFailure(
-                f"reward `{self.__name__}` returned {len(values)} values{step} for "
+                f"reward `{self.label}` returned {len(values)} values{step} for "
                 f"{expected} completions; return one number (or None) per completion"
             )
         values = self._numbers(values, step)
@@ -81,19 +81,19 @@ class GuardedReward:
     def _as_list(self, out: Any, step: str) -> list[Any]:
         if out is None:
             raise RewardFailure(
-                f"reward `{self.__name__}` returned None{step} (a missing `return`?); "
+                f"reward `{self.label}` returned None{step} (a missing `return`?); "
                 "return a list with one number (or None) per completion"
             )
         if isinstance(out, (str, bytes, dict)):
             raise RewardFailure(
-                f"reward `{self.__name__}` returned a {type(out).__name__}{step}; return "
+                f"reward `{self.label}` returned a {type(out).__name__}{step}; return "
                 "a list with one number (or None) per completion"
             )
         try:
             return list(out)
         except TypeError:
             raise RewardFailure(
-                f"reward `{self.__name__}` returned {type(out).__name__}{step}, not a "
+                f"reward `{self.label}` returned {type(out).__name__}{step}, not a "
                 "list; return one number (or None) per completion"
             ) from None
 
@@ -109,12 +109,12 @@ class GuardedReward:
                 out.append(number if math.isfinite(number) else None)
             else:
                 raise RewardFailure(
-                    f"reward `{self.__name__}` returned {value!r:.60} ({type(value).__name__}) for "
+                    f"reward `{self.label}` returned {value!r:.60} ({type(value).__name__}) for "
                     f"completion {index}{step}; rewards are numbers (or None)"
                 )
         if nonfinite:
             self.warn(
-                f"warning: reward `{self.__name__}` returned NaN or infinity for {nonfinite} of {len(values)} "
+                f"warning: reward `{self.label}` returned NaN or infinity for {nonfinite} of {len(values)} "
                 f"completions{step}; they count as not judged (None)"
             )
         return out

@@ -113,6 +113,8 @@ def guarded_rewards(recipe: Recipe, warn=print) -> list:
 
         names = tool_names(recipe.tools, recipe.environment)
     return [
-        GuardedReward(func, spec.timeout_s, warn, record=index == 0, tool_names=names if index == 0 else None)
+        GuardedReward(
+            func, spec.timeout_s, warn, record=index == 0, tool_names=names if index == 0 else None, label=spec.name
+        )
         for index, (func, spec) in enumerate(zip(resolve_rewards(recipe.rewards), recipe.rewards))
     ]
