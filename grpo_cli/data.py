@@ -122,7 +122,7 @@ class PreparedData:
         needed = recipe.generation_batch_size // recipe.grpo.num_generations
         rows = len(self.dataset)
         if rows < needed or recipe.total_steps(rows) < 1:
-            left = "; ".join(f"{n} {why}" for why, n in self.unusable.items()) or "none left out"
+            left = left_out(self.unusable) or "none left out"
             raise UserError(
                 f"only {rows} usable prompt(s) in {recipe.data.source} ({left}); one step needs {needed} "
                 f"(generation batch "
@@ -157,9 +157,8 @@ def prepare(data: DataSection, tokenizer=None, seed: int = 0, tools: list | None
 
     rows, unusable = _usable_rows(rows, data)
     if len(rows) == 0:  # nothing to map: datasets would hand back a table without the columns the trainer reads
-        why = "; ".join(f"{n} {reason}" for reason, n in unusable.items())
         raise UserError(
-            f"no usable rows in {data.source}: {why}; each row needs a text question"
+            f"no usable rows in {data.source}: {left_out(unusable)}; each row needs a text question"
             + (f" and a numeric answer in `{data.answer_column}`" if data.answer_column else ""),
             path="data.source",
         )
@@ -185,6 +184,11 @@ def prepare(data: DataSection, tokenizer=None, seed: int = 0, tools: list | None
             path="data.max_prompt_length",
         )
     return PreparedData(prepared, total, total - len(prepared), unusable)
+
+
+def left_out(unusable: dict[str, int]) -> str:
+    """`3 `question` is empty or not text; 1 no `answer``: the rows left out, by reason."""
+    return "; ".join(f"{n} {why}" for why, n in unusable.items())
 
 
 def _usable_rows(rows, data: DataSection):

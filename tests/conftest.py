@@ -73,3 +73,14 @@ def write_jsonl(rows: list[dict], path: Path) -> Path:
 
     path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
     return path
+
+
+def fails_cleanly(result, *words: str) -> str:
+    """Exit 2, no traceback, and the words on the last line (the error line)."""
+    assert result.exit_code == 2, result.output
+    assert "Traceback" not in result.output
+    assert result.exception is None or isinstance(result.exception, SystemExit)
+    line = result.output.strip().splitlines()[-1]
+    for word in words:
+        assert word in line, line
+    return line

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from typer.testing import CliRunner
 
-from conftest import write_jsonl, write_recipe
+from conftest import fails_cleanly, write_jsonl, write_recipe
 from grpo_cli.cli import app
 from grpo_cli.data import generate_problems
 
@@ -19,22 +19,13 @@ UNUSABLE = {
 }
 
 
-def one_clean_line(result, *words: str) -> str:
-    assert result.exit_code == 2, result.output
-    assert "Traceback" not in result.output and (result.exception is None or isinstance(result.exception, SystemExit))
-    line = result.output.strip().splitlines()[-1]
-    for word in words:
-        assert word in line, line
-    return line
-
-
 @pytest.mark.parametrize("kind", sorted(UNUSABLE))
 def test_all_rows_unusable_is_one_line_in_train_preflight_and_eval(tmp_path, tiny_llama, kind):
     data = write_jsonl(UNUSABLE[kind](generate_problems(6)), tmp_path / "train.jsonl")
     recipe = write_recipe(tmp_path, tiny_llama, data={"source": str(data), "limit": None})
     before = recipe.read_bytes()
     for command in (["train", str(recipe)], ["preflight", str(recipe)]):
-        line = one_clean_line(runner.invoke(app, command), "no usable rows in", str(data), "data.source")
+        line = fails_cleanly(runner.invoke(app, command), "no usable rows in", str(data), "data.source")
         assert "6 " in line, line  # how many rows were left out, and why
     run = tmp_path / "run"  # at most the resolved recipe: no checkpoint, no model
     assert not run.exists() or {p.name for p in run.iterdir()} <= {"recipe.yaml"}, list(run.iterdir())
@@ -42,7 +33,7 @@ def test_all_rows_unusable_is_one_line_in_train_preflight_and_eval(tmp_path, tin
     result = runner.invoke(
         app, ["eval", "--model", str(tiny_llama), "--data", str(data), "--output", str(tmp_path / "out")]
     )
-    one_clean_line(result, "none of the 6 problems can be scored", "eval.source")
+    fails_cleanly(result, "none of the 6 problems can be scored", "eval.source")
     assert not (tmp_path / "out" / "predictions.jsonl").exists()
 
 
@@ -50,13 +41,13 @@ def test_too_few_usable_rows_names_the_data_source(tmp_path, tiny_llama):
     rows = generate_problems(1) + UNUSABLE["word_answers"](generate_problems(2, seed=3))
     data = write_jsonl(rows, tmp_path / "few.jsonl")
     recipe = write_recipe(tmp_path, tiny_llama, data={"source": str(data), "limit": None})
-    one_clean_line(runner.invoke(app, ["train", str(recipe)]), f"only 1 usable prompt(s) in {data}", "data.source")
+    fails_cleanly(runner.invoke(app, ["train", str(recipe)]), f"only 1 usable prompt(s) in {data}", "data.source")
 
 
 def test_export_of_a_mistyped_run_says_it_does_not_exist(tmp_path):
     (tmp_path / "runs" / "demo").mkdir(parents=True)
     result = runner.invoke(app, ["export", str(tmp_path / "runs" / "dmeo"), "--merge", str(tmp_path / "out")])
-    one_clean_line(
+    fails_cleanly(
         result,
         f"run directory {tmp_path / 'runs' / 'dmeo'} does not exist",
         f"did you mean {tmp_path / 'runs' / 'demo'}?",
@@ -70,5 +61,5 @@ def test_a_failing_reward_is_named_as_the_recipe_names_it(tmp_path, tiny_llama):
     (tmp_path / "b_rewards.py").write_text(score.format("raise KeyError('gold')"))
     rewards = [{"name": f"{tmp_path / 'a_rewards.py'}:score"}, {"name": f"{tmp_path / 'b_rewards.py'}:score"}]
     recipe = write_recipe(tmp_path, tiny_llama, rewards=rewards)
-    line = one_clean_line(runner.invoke(app, ["train", str(recipe)]), f"reward `{tmp_path / 'b_rewards.py'}:score`")
+    line = fails_cleanly(runner.invoke(app, ["train", str(recipe)]), f"reward `{tmp_path / 'b_rewards.py'}:score`")
     assert "a_rewards.py" not in line, line

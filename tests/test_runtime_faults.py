@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from conftest import write_jsonl, write_recipe
+from conftest import fails_cleanly, write_jsonl, write_recipe
 from grpo_cli.cli import app
 from grpo_cli.data import generate_problems
 
@@ -43,17 +43,6 @@ def slow(prompts=None, completions=None, **kw):
     time.sleep(30)
     return [0.0 for c in completions]
 """
-
-
-def fails_cleanly(result, *words: str) -> str:
-    """Exit 2, no traceback, and the words on the last line (the error line)."""
-    assert result.exit_code == 2, result.output
-    assert "Traceback" not in result.output
-    assert result.exception is None or isinstance(result.exception, SystemExit)
-    line = result.output.strip().splitlines()[-1]
-    for word in words:
-        assert word in line, line
-    return line
 
 
 def reward_recipe(tmp_path: Path, model: Path, name: str, **sections) -> Path:
