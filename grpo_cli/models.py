@@ -41,6 +41,28 @@ def load_tokenizer(recipe):
     return tokenizer
 
 
+def tokenizer_without_weights(recipe):
+    """The recipe's tokenizer for measuring prompts before any weight exists: a .gguf model is not converted (that
+    takes minutes); its tokenizer is read from the file once and kept beside the converted models."""
+    from transformers import AutoTokenizer
+
+    from grpo_cli.gguf import cache_root, converted_dir
+
+    location = recipe.model.tokenizer or model_location(recipe.model.name)
+    if not location.endswith(".gguf"):
+        return load_tokenizer(recipe)
+    gguf = Path(location)
+    converted = converted_dir(gguf)
+    if (converted / "config.json").exists():
+        return AutoTokenizer.from_pretrained(str(converted), padding_side="left")
+    kept = cache_root() / "tokenizers" / converted.name
+    if not kept.is_dir():
+        staging = kept.with_name(kept.name + ".partial")
+        AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name).save_pretrained(str(staging))
+        staging.rename(kept)  # never a half-written tokenizer in the cache
+    return AutoTokenizer.from_pretrained(str(kept), padding_side="left")
+
+
 def quantization_config(recipe):
     """bitsandbytes config for QLoRA (4-bit) or 8-bit base weights; None for full and plain LoRA."""
     q = recipe.quantization

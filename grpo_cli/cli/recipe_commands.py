@@ -101,12 +101,12 @@ def plan(
 
     with user_errors():
         loaded = load_recipe(recipe, overrides, scope="plan")
-        result, suggestions, gpu_label = plan_recipe(loaded, gpu, device, ram)
+        result = plan_recipe(loaded, gpu, device, ram)
     notes = budget_notes(loaded)
     if as_json:
-        typer.echo(json.dumps(plan_json(result, suggestions, gpu_label, notes), indent=2))
+        typer.echo(json.dumps(plan_json(result, notes), indent=2))
     else:
-        print_plan(Console(soft_wrap=False), result, suggestions, gpu_label, _train_command(recipe, overrides), notes)
+        print_plan(Console(soft_wrap=False), result, _train_command(recipe, overrides), notes)
 
 
 @app.command(

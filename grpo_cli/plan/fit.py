@@ -3,10 +3,12 @@ make it fit, as recipe changes (`{"key.path": value}`) a user can type."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from typing import Any
 
 from grpo_cli.plan import architectures
 from grpo_cli.plan.architectures import Architecture
+from grpo_cli.plan.data_lengths import DataLengths, read_data_lengths
 from grpo_cli.plan.gpus import gpu_for, has_nvidia_gpu, ram_for
 from grpo_cli.plan.memory import Plan, memory_plan
 from grpo_cli.recipe.schema import Recipe
@@ -14,18 +16,30 @@ from grpo_cli.recipe.schema import Recipe
 Changes = dict[str, Any]
 
 
-def plan_recipe(
-    recipe: Recipe, gpu: str | None, device: str | None, ram: str | None = None
-) -> tuple[Plan, list[tuple[str, Changes, float]], str | None]:
-    """The plan on the GPU named by `--gpu` or the recipe, or on the CPU against `--ram` (default: this machine's);
-    the suggestions when it does not fit; the label of the memory it was compared with."""
+@dataclass
+class PlanResult:
+    plan: Plan  # what the verdict uses: at the data's longest prompt when the data was measured, else the bound
+    bound: Plan  # at the recipe's limits: no batch of any data the recipe accepts needs more
+    data: DataLengths | None  # None: the data could not be read here (`data_note` says why)
+    data_note: str = ""
+    suggestions: list[tuple[str, Changes, float]] = field(default_factory=list)
+    gpu_label: str | None = None
+
+
+def plan_recipe(recipe: Recipe, gpu: str | None, device: str | None, ram: str | None = None) -> PlanResult:
+    """The plan on the GPU named by `--gpu` or the recipe, or on the CPU against `--ram` (default: this machine's),
+    for the recipe's data and at its limits; the suggestions when it does not fit."""
     arch = architectures.resolve(recipe)
     gpu_label, gpu_bytes = gpu_for(recipe, gpu)
     device = device or ("cuda" if gpu_bytes or has_nvidia_gpu() else "cpu")
     if device == "cpu":
         gpu_label, gpu_bytes = ram_for(ram)
-    plan = memory_plan(recipe, arch, device, gpu_bytes)
-    return plan, suggest(recipe, arch, device, gpu_bytes) if plan.fits is False else [], gpu_label
+    lengths, note = read_data_lengths(recipe)
+    prompt_tokens = lengths.longest_prompt if lengths else None
+    bound = memory_plan(recipe, arch, device, gpu_bytes)
+    plan = memory_plan(recipe, arch, device, gpu_bytes, prompt_tokens) if lengths else bound
+    suggestions = suggest(recipe, arch, device, gpu_bytes, prompt_tokens) if plan.fits is False else []
+    return PlanResult(plan, bound, lengths, note, suggestions, gpu_label)
 
 
 def candidate_changes(recipe: Recipe) -> list[tuple[str, Changes]]:
@@ -63,7 +77,9 @@ def candidate_changes(recipe: Recipe) -> list[tuple[str, Changes]]:
     return out
 
 
-def suggest(recipe: Recipe, arch: Architecture, device: str, gpu_bytes: float) -> list[tuple[str, Changes, float]]:
+def suggest(
+    recipe: Recipe, arch: Architecture, device: str, gpu_bytes: float, prompt_tokens: int | None = None
+) -> list[tuple[str, Changes, float]]:
     """Cheapest ways to fit: every single change that fits, else the shortest cumulative prefix that does.
 
     Each candidate is applied to the validated recipe itself (never the YAML again) and validated like the file.
@@ -79,13 +95,13 @@ def suggest(recipe: Recipe, arch: Architecture, device: str, gpu_bytes: float) -
         except UserError:  # not valid for this recipe (batch rule, ...): not a suggestion
             return None
 
-    baseline = memory_plan(recipe, arch, device, gpu_bytes).expected
+    baseline = memory_plan(recipe, arch, device, gpu_bytes, prompt_tokens).expected
     singles, helpful = [], []
     for label, changes in candidate_changes(recipe):
         changed = apply(changes)
         if changed is None:
             continue
-        plan = memory_plan(changed, arch, device, gpu_bytes)
+        plan = memory_plan(changed, arch, device, gpu_bytes, prompt_tokens)
         if plan.expected < baseline:
             helpful.append((label, changes))
             if plan.fits:
@@ -99,7 +115,7 @@ def suggest(recipe: Recipe, arch: Architecture, device: str, gpu_bytes: float) -
         trial = apply({**combined, **changes})
         if trial is None:
             continue
-        plan = memory_plan(trial, arch, device, gpu_bytes)
+        plan = memory_plan(trial, arch, device, gpu_bytes, prompt_tokens)
         if plan.expected >= peak:
             continue  # helps alone, but not on top of the changes already taken
         combined, labels, peak = {**combined, **changes}, labels + [label], plan.expected

@@ -73,6 +73,8 @@ class Plan:
     peak_smi: float
     device: str
     gpu_bytes: float | None = None  # the memory the run has: the GPU's, or the machine's RAM for device "cpu"
+    prompt_tokens: int = 0  # the prompt length every sequence is sized at (the data's longest, or the limit)
+    completion_tokens: int = 0  # the completion budget, every sequence planned at its full length
 
     @property
     def peak_rss(self) -> float:
@@ -92,11 +94,20 @@ class Plan:
         return next(t for t in self.terms if t.name == name)
 
 
-def memory_plan(recipe: Recipe, arch: Architecture, device: str = "cuda", gpu_bytes: float | None = None) -> Plan:
-    """Bytes per term for one process (device), without loading anything."""
+def memory_plan(
+    recipe: Recipe,
+    arch: Architecture,
+    device: str = "cuda",
+    gpu_bytes: float | None = None,
+    prompt_tokens: int | None = None,
+) -> Plan:
+    """Bytes per term for one process (device), without loading anything. Sequences are sized at `prompt_tokens`
+    (the longest prompt of the data: TRL pads a batch to its longest prompt) or, without it, at the recipe's limit,
+    with completions at the full budget."""
     w = DTYPE_BYTES[recipe.model.dtype]
-    terms = static_terms(recipe, arch, device, w) + _generation_terms(recipe, arch, device, w)
-    terms += _training_terms(recipe, arch, device, w)
+    prompt = prompt_tokens or limit_prompt_tokens(recipe)
+    terms = static_terms(recipe, arch, device, w) + _generation_terms(recipe, arch, device, w, prompt)
+    terms += _training_terms(recipe, arch, device, w, prompt)
     terms = per_process(terms, recipe, arch, w)
 
     static = sum(t.bytes for t in terms if t.phase == "static")
@@ -116,14 +127,19 @@ def memory_plan(recipe: Recipe, arch: Architecture, device: str = "cuda", gpu_by
     smi = peak * (1 + ALLOCATOR_SLACK) + CUDA_CONTEXT_GIB * GIB
     if recipe.grpo.use_vllm and gpu_bytes:
         smi += recipe.grpo.vllm_gpu_memory_utilization * gpu_bytes
-    return Plan(arch, terms, static, generation, training, peak, smi, device, gpu_bytes)
+    completion = recipe.grpo.max_completion_length
+    return Plan(arch, terms, static, generation, training, peak, smi, device, gpu_bytes, prompt, completion)
 
 
-def _generation_terms(recipe: Recipe, arch: Architecture, device: str, w: int) -> list[Term]:
+def limit_prompt_tokens(recipe: Recipe) -> int:
+    """The longest prompt the recipe allows; 256 when it sets no limit and the data was not measured."""
+    return recipe.data.max_prompt_length or 256
+
+
+def _generation_terms(recipe: Recipe, arch: Architecture, device: str, w: int, prompt: int) -> list[Term]:
     """The whole generation batch at once: TRL generates gen_batch completions per process."""
     h, f, L, V = arch.hidden_size, arch.intermediate_size, arch.num_layers, arch.vocab_size
     B = recipe.training.per_device_train_batch_size
-    prompt = recipe.data.max_prompt_length or 256
     S = prompt + recipe.grpo.max_completion_length
     gen_batch = recipe.generation_batch_per_process
     terms: list[Term] = []
@@ -183,11 +199,11 @@ def _generation_terms(recipe: Recipe, arch: Architecture, device: str, w: int) -
     return terms
 
 
-def _training_terms(recipe: Recipe, arch: Architecture, device: str, w: int) -> list[Term]:
+def _training_terms(recipe: Recipe, arch: Architecture, device: str, w: int, prompt: int) -> list[Term]:
     """One micro-batch of B completions of S tokens: activations, the chunked head, then gradients."""
     h, f, L, V = arch.hidden_size, arch.intermediate_size, arch.num_layers, arch.vocab_size
     B = recipe.training.per_device_train_batch_size
-    S = (recipe.data.max_prompt_length or 256) + recipe.grpo.max_completion_length
+    S = prompt + recipe.grpo.max_completion_length
     trainable, param_bytes = trainable_params(recipe, arch), bytes_per_trainable(recipe, w)
     terms: list[Term] = []
     T = B * S

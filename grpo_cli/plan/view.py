@@ -8,6 +8,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
+from grpo_cli.plan.fit import PlanResult
 from grpo_cli.plan.memory import GIB, Plan
 from grpo_cli.recipe.validation import is_schema_field
 from grpo_cli.recipe.yaml_source import format_override
@@ -35,9 +36,23 @@ def budget_notes(recipe) -> list[str]:
     ]
 
 
-def plan_json(
-    plan: Plan, suggestions: list[tuple[str, dict, float]], gpu_label: str | None, notes: list[str] = ()
-) -> dict[str, Any]:
+def basis_lines(result: PlanResult) -> list[str]:
+    """Which prompt length the peak was planned at, and the other figure beside it."""
+    plan, bound, data = result.plan, result.bound, result.data
+    what = "expected peak RSS" if plan.device == "cpu" else "expected in nvidia-smi"
+    budget = f"completions at the full {plan.completion_tokens}-token budget"
+    if data is None:
+        return [f"{result.data_note}; {budget}"]
+    return [
+        f"planned for this data: its longest prompt is {data.longest_prompt} tokens ({data.prompts} prompts left "
+        f"after the recipe's filters; TRL pads a batch to its longest prompt), {budget}",
+        f"the verdict uses this figure; at the recipe's limits ({bound.prompt_tokens} prompt tokens), the bound for "
+        f"any data it accepts, the {what} would be {bound.expected / GIB:.2f} GiB",
+    ]
+
+
+def plan_json(result: PlanResult, notes: list[str] = ()) -> dict[str, Any]:
+    plan, bound, data = result.plan, result.bound, result.data
     return {
         "model": plan.arch.name,
         "params": plan.arch.params,
@@ -52,21 +67,32 @@ def plan_json(
         "peak_nvidia_smi_gib": round(plan.peak_smi / GIB, 4),
         "peak_rss_gib": round(plan.peak_rss / GIB, 4),
         "gguf_conversion_peak_rss_gib": None if (first := first_load_peak(plan)) is None else round(first / GIB, 4),
-        "gpu": gpu_label,
+        "gpu": result.gpu_label,
         "gpu_gib": None if plan.gpu_bytes is None else round(plan.gpu_bytes / GIB, 2),
         "fits": plan.fits,
+        "planned_for": "data" if data else "limits",
+        "prompt_tokens": plan.prompt_tokens,
+        "completion_tokens": plan.completion_tokens,
+        "data": None if data is None else {"longest_prompt_tokens": data.longest_prompt, "prompts": data.prompts},
+        "data_note": result.data_note,
+        "limits": {
+            "prompt_tokens": bound.prompt_tokens,
+            "peak_tensors_gib": round(bound.peak_tensors / GIB, 4),
+            "peak_nvidia_smi_gib": round(bound.peak_smi / GIB, 4),
+            "peak_rss_gib": round(bound.peak_rss / GIB, 4),
+            "fits": bound.fits,
+        },
         "suggestions": [
             {"change": label, "overrides": override_args(o), "peak_expected_gib": round(peak / GIB, 3)}
-            for label, o, peak in suggestions
+            for label, o, peak in result.suggestions
         ],
         "notes": list(notes),
     }
 
 
-def print_plan(
-    console: Console, plan: Plan, suggestions, gpu_label: str | None, command: str, notes: list[str] = ()
-) -> None:
+def print_plan(console: Console, result: PlanResult, command: str, notes: list[str] = ()) -> None:
     """`command` is the user's `grpo train ...` line (recipe and overrides) the suggestions extend."""
+    plan, suggestions, gpu_label = result.plan, result.suggestions, result.gpu_label
     arch = plan.arch
     console.print(
         f"[bold]{arch.name}[/]: {arch.params / 1e9:.2f} B parameters, {arch.num_layers} layers, "
@@ -86,8 +112,8 @@ def print_plan(
         f"peak = static {plan.static / GIB:.2f} + max(generation {plan.generation / GIB:.2f}, "
         f"training {plan.training / GIB:.2f}) -> the {which} phase sets the peak"
     )
-    for note in notes:
-        console.print(note, soft_wrap=True)
+    for note in [*basis_lines(result), *notes]:
+        console.print(note, soft_wrap=True, highlight=False)
     if plan.device == "cpu":
         console.print(f"[bold]peak tensors[/] (live tensor bytes): {plan.peak_tensors / GIB:.2f} GiB")
         console.print(

@@ -139,11 +139,13 @@ def _save_final(trainer, recipe: Recipe, interrupted: bool, console: Console) ->
 
 
 def ram_warning(recipe: Recipe) -> list[str]:
-    """On a CPU, before any weight loads: the plan's peak RSS against the memory the kernel says is available, and
-    the cheapest change that fits (the kernel kills a process that runs out, without a word)."""
+    """On a CPU, before any weight loads: the plan's peak RSS for this data (`grpo plan`'s verdict figure) against
+    the memory the kernel says is available, and the cheapest change that fits (the kernel kills a process that runs
+    out, without a word)."""
     import torch
 
     from grpo_cli.plan import architectures
+    from grpo_cli.plan.data_lengths import read_data_lengths
     from grpo_cli.plan.fit import suggest
     from grpo_cli.plan.gpus import available_ram
     from grpo_cli.plan.memory import GIB, memory_plan
@@ -156,14 +158,16 @@ def ram_warning(recipe: Recipe) -> list[str]:
         arch = architectures.resolve(recipe)
     except UserError:  # an architecture the plan cannot read offline: nothing to compare
         return []
-    plan = memory_plan(recipe, arch, "cpu", available)
+    lengths, _ = read_data_lengths(recipe)
+    prompt_tokens = lengths.longest_prompt if lengths else None
+    plan = memory_plan(recipe, arch, "cpu", available, prompt_tokens)
     if plan.fits:
         return []
     lines = [
         f"warning: the plan expects a peak RSS of {plan.peak_rss / GIB:.1f} GiB and {available / GIB:.1f} GiB is "
         "available: the kernel may stop this run without a message"
     ]
-    for label, changes, peak in suggest(recipe, arch, "cpu", available)[:1]:
+    for label, changes, peak in suggest(recipe, arch, "cpu", available, prompt_tokens)[:1]:
         lines.append(f"  {label} ({peak / GIB:.1f} GiB): add {' '.join(override_args(changes))}")
     return lines
 

@@ -1,0 +1,116 @@
+"""The prompt lengths of the data a recipe will train on, for a plan of the batches the run will actually see.
+
+TRL pads a batch only to its longest prompt, so a run whose prompts are all shorter than `data.max_prompt_length`
+never holds sequences of the limit's length. The lengths come from the recipe's own data preparation (the same
+filters and chat template as `grpo train`) with the tokenizer alone, never the weights. Reading the data and loading
+a tokenizer cost seconds, so the result is cached, keyed on everything it depends on (the data file's size and
+modification time among them).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from grpo_cli.errors import UserError
+from grpo_cli.recipe.schema import Recipe
+from grpo_cli.recipe.sources import GENERATED, model_location
+
+
+@dataclass(frozen=True)
+class DataLengths:
+    longest_prompt: int  # tokens of the longest prompt that survives the recipe's filters: the worst batch's
+    prompts: int  # prompts that survive
+    source: str
+
+
+def read_data_lengths(recipe: Recipe) -> tuple[DataLengths | None, str]:
+    """The data's prompt lengths, or None and one line saying why the plan stays at the recipe's limits."""
+    data = recipe.data
+    if recipe.environment is not None:
+        return None, "the environment's reset() may rewrite each prompt, so the plan stays at the recipe's limits"
+    if data.source != GENERATED and not Path(data.source).expanduser().is_file():
+        return None, f"data.source `{data.source}` is not a local file: planned at the recipe's limits"
+    key = _cache_key(recipe)
+    cached = _cache_file(key)
+    try:
+        return DataLengths(**json.loads(cached.read_text())), ""
+    except (OSError, ValueError, TypeError):
+        pass  # not cached yet (or an unreadable entry): measure
+    try:
+        lengths = _measure(recipe)
+    except UserError as error:
+        return None, f"the data could not be measured ({error.problems[0].message}): planned at the recipe's limits"
+    except Exception as exc:  # a tokenizer that cannot load offline, a broken file: the limits still give a plan
+        reason = str(exc).strip().splitlines()[0][:160] if str(exc).strip() else type(exc).__name__
+        return None, f"the data could not be measured ({reason}): planned at the recipe's limits"
+    cached.parent.mkdir(parents=True, exist_ok=True)
+    partial = cached.with_suffix(".partial")
+    partial.write_text(json.dumps(asdict(lengths)))
+    partial.replace(cached)
+    return lengths, ""
+
+
+def _measure(recipe: Recipe) -> DataLengths:
+    from grpo_cli import data, models
+    from grpo_cli.quiet import quiet_libraries
+
+    quiet_libraries()
+    tokenizer = models.tokenizer_without_weights(recipe)
+    tools = None
+    if recipe.tools:
+        from grpo_cli.tools.registry import guarded_tools
+
+        tools = guarded_tools(recipe.tools)
+    prepared = data.prepare(recipe.data, tokenizer, seed=recipe.training.seed, tools=tools)
+    return DataLengths(max(prepared.prompt_lengths), len(prepared.prompt_lengths), recipe.data.source)
+
+
+def _cache_key(recipe: Recipe) -> str:
+    """Everything the lengths depend on: the data settings, the data file, the tokenizer's files, the tools."""
+    import grpo_cli
+
+    parts = [
+        grpo_cli.__version__,
+        recipe.data.model_dump_json(),
+        str(recipe.training.seed),  # generated data is drawn with it
+        json.dumps([t.model_dump(mode="json") for t in recipe.tools], sort_keys=True, default=str),
+        _file_identity(recipe.data.source) if recipe.data.source != GENERATED else GENERATED,
+        _tokenizer_identity(recipe),
+    ]
+    for tool in recipe.tools:
+        file = tool.name.partition(":")[0]
+        if file.endswith(".py"):
+            parts.append(_file_identity(file))
+    return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:32]
+
+
+def _tokenizer_identity(recipe: Recipe) -> str:
+    name = recipe.model.tokenizer or recipe.model.name
+    try:
+        location = Path(model_location(name))
+    except UserError:
+        return name
+    if location.is_dir():
+        files = sorted(p for p in location.iterdir() if p.name.startswith(("tokenizer", "chat_template", "special")))
+        return "|".join(_file_identity(str(p)) for p in files)
+    if location.is_file():
+        return _file_identity(str(location))
+    return f"{name}@{recipe.model.revision}"  # a hub id: its revision names its files
+
+
+def _file_identity(path: str) -> str:
+    resolved = Path(path).expanduser().resolve()
+    try:
+        stat = resolved.stat()
+    except OSError:
+        return str(resolved)
+    return f"{resolved}:{stat.st_size}:{stat.st_mtime_ns}"
+
+
+def _cache_file(key: str) -> Path:
+    from grpo_cli.gguf import cache_root
+
+    return cache_root() / "prompt-lengths" / f"{key}.json"

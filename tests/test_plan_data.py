@@ -1,0 +1,101 @@
+"""`grpo plan` for the data at hand: the peak at the longest prompt that survives the recipe's filters, beside the
+bound at the recipe's limits; the fallback when the data cannot be read; the cache; train's RAM check."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from conftest import write_jsonl, write_recipe
+from grpo_cli import data, models
+from grpo_cli.cli import app
+from grpo_cli.plan import architectures
+from grpo_cli.plan.data_lengths import read_data_lengths
+from grpo_cli.plan.memory import memory_plan
+from grpo_cli.recipe.validation import load_recipe
+
+runner = CliRunner()
+
+
+@pytest.fixture(autouse=True)
+def own_cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("GRPO_CACHE", str(tmp_path / "cache"))
+
+
+def planned(recipe_path, *args) -> dict:
+    result = runner.invoke(app, ["plan", str(recipe_path), *args, "--device", "cpu", "--json"])
+    assert result.exit_code == 0, result.output
+    return json.loads(result.stdout)
+
+
+def prepared_lengths(recipe_path) -> list[int]:
+    recipe = load_recipe(recipe_path)
+    tokenizer = models.load_tokenizer(recipe)
+    return data.prepare(recipe.data, tokenizer, seed=recipe.training.seed).prompt_lengths
+
+
+def test_plan_sizes_sequences_at_the_longest_prompt_training_will_see(tiny_qwen2, tmp_path):
+    path = write_recipe(tmp_path, tiny_qwen2, data={"max_prompt_length": 200})
+    lengths = prepared_lengths(path)
+    plan = planned(path)
+    assert plan["planned_for"] == "data" and plan["data"] == {"longest_prompt_tokens": max(lengths), "prompts": 32}
+    assert plan["prompt_tokens"] == max(lengths) < 200 == plan["limits"]["prompt_tokens"]
+    assert plan["peak_rss_gib"] < plan["limits"]["peak_rss_gib"]
+    recipe = load_recipe(path, scope="plan")
+    at_data = memory_plan(recipe, architectures.resolve(recipe), "cpu", prompt_tokens=max(lengths))
+    assert plan["peak_tensors_gib"] == round(at_data.peak_tensors / 2**30, 4)
+
+    table = runner.invoke(app, ["plan", str(path), "--device", "cpu"]).output
+    assert f"longest prompt is {max(lengths)} tokens" in table and "at the recipe's limits (200 prompt" in table
+
+
+def test_the_recipes_filters_decide_the_longest_prompt(tiny_qwen2, tmp_path):
+    rows = [{"question": "What is 2 + 3?", "answer": "#### 5"}] * 8
+    rows += [{"question": "Count: " + "one two three " * 40 + "How many words?", "answer": "#### 120"}]
+    source = write_jsonl(rows, tmp_path / "train.jsonl")
+    path = write_recipe(tmp_path, tiny_qwen2, data={"source": str(source), "max_prompt_length": 60})
+    plan = planned(path)
+    assert plan["data"]["prompts"] == 8  # the long question is dropped, as training drops it
+    assert plan["prompt_tokens"] == max(prepared_lengths(path)) <= 60
+
+
+def test_data_that_cannot_be_read_offline_falls_back_to_the_limits_in_one_line(tiny_qwen2, tmp_path):
+    path = write_recipe(tmp_path, tiny_qwen2, data={"source": "openai/gsm8k", "config": "main"})
+    plan = planned(path)
+    assert plan["planned_for"] == "limits" and plan["data"] is None
+    assert plan["prompt_tokens"] == plan["limits"]["prompt_tokens"] and "openai/gsm8k" in plan["data_note"]
+    table = runner.invoke(app, ["plan", str(path), "--device", "cpu"]).output
+    assert "not a local file: planned at the recipe's limits" in table
+
+
+def test_lengths_are_cached_on_the_file_and_measured_again_when_it_changes(tiny_qwen2, tmp_path, monkeypatch):
+    source = write_jsonl([{"question": "What is 2 + 3?", "answer": "#### 5"}] * 8, tmp_path / "train.jsonl")
+    recipe = load_recipe(write_recipe(tmp_path, tiny_qwen2, data={"source": str(source)}))
+    first, _ = read_data_lengths(recipe)
+
+    def no_tokenizer(recipe):
+        raise AssertionError("measured again")
+
+    monkeypatch.setattr(models, "tokenizer_without_weights", no_tokenizer)
+    assert read_data_lengths(recipe)[0] == first  # from the cache: no tokenizer loaded
+    write_jsonl([{"question": "What is 2 + 3? " * 5, "answer": "#### 5"}] * 8, source)
+    lengths, note = read_data_lengths(recipe)
+    assert lengths is None and "measured again" in note  # the changed file was measured, not read from the cache
+    monkeypatch.undo()
+    monkeypatch.setenv("GRPO_CACHE", str(tmp_path / "cache"))
+    assert read_data_lengths(recipe)[0].longest_prompt > first.longest_prompt
+
+
+def test_train_checks_ram_with_the_same_figure_as_the_plan(tiny_qwen2, tmp_path, monkeypatch):
+    from grpo_cli.plan import gpus
+    from grpo_cli.train.run import ram_warning
+
+    path = write_recipe(tmp_path, tiny_qwen2, data={"max_prompt_length": 2000})
+    plan = planned(path)
+    between = (plan["peak_rss_gib"] + plan["limits"]["peak_rss_gib"]) / 2 * 2**30
+    monkeypatch.setattr(gpus, "available_ram", lambda: between)
+    assert ram_warning(load_recipe(path)) == []  # enough for this data, though not for the limits
+    monkeypatch.setattr(gpus, "available_ram", lambda: plan["peak_rss_gib"] * 0.9 * 2**30)
+    assert "expects a peak RSS" in ram_warning(load_recipe(path))[0]
