@@ -55,11 +55,11 @@ ALLOCATOR_SLACK = 0.10
 # What the kernel counts for a CPU process beyond its live tensors (peak RSS): a fixed part (the Python runtime
 # with torch, transformers, peft and TRL imported is 0.38-0.43 GiB of it; tokenizer, data, libraries' buffers and
 # what the allocator keeps of large freed blocks the rest) and the allocator's overhead in proportion to the tensors.
-# FITTED (benchmarks/memory_fit.py: the pair whose plan-based figure has the smallest largest error) on six
-# configurations of benchmarks/cpu_memory.py with grpo's allocator (mimalloc), 135M and 0.5B: within 4.1%; within
-# 4.9% on all eight measured since (benchmarks/cpu_memory.txt).
-CPU_RUNTIME_GIB = 0.74
-CPU_RSS_PER_TENSOR_BYTE = 1.01
+# FITTED (benchmarks/memory_fit.py: the pair whose plan-based figure has the smallest largest error, an
+# under-estimate counting twice) on the eight configurations of benchmarks/cpu_memory.py with grpo's allocator
+# (mimalloc) and the three whole `grpo train` runs of benchmarks/plan_for_data.py, 135M and 0.5B: from -3.3% to +6.7%.
+CPU_RUNTIME_GIB = 0.69
+CPU_RSS_PER_TENSOR_BYTE = 1.05
 
 
 @dataclass
