@@ -192,19 +192,61 @@ def left_out(unusable: dict[str, int]) -> str:
     return "; ".join(f"{n} {why}" for why, n in unusable.items())
 
 
+def unusable_reason(prompt: Any, answer: Any, data: DataSection) -> str | None:
+    """Why a row cannot be used (None: it can): it needs a non-empty text question, and, with an answer column, a
+    numeric GSM8K gold answer or a non-empty plain one."""
+    if not isinstance(prompt, str) or not prompt.strip():
+        return f"`{data.prompt_column}` is empty or not text"
+    if data.answer_column and (answer is None or not str(answer).strip()):
+        return f"no `{data.answer_column}`"
+    if data.answer_column and data.answer_format == "gsm8k" and to_number(gold_answer(answer, "gsm8k")) is None:
+        return f"`{data.answer_column}` has no number after `####`"
+    return None
+
+
+def plain_prompts(data: DataSection, seed: int = 0) -> list | None:
+    """The prompts `prepare` builds before its length filter, read without `datasets` (whose import alone takes
+    longer than `grpo plan`): generated data and JSON files without a shuffle. None where only `prepare` can say
+    (other file types, a shuffle, missing columns, no usable row)."""
+    import json
+
+    if data.shuffle_seed is not None:
+        return None
+    if data.source == GENERATED:
+        rows = generate_problems(data.limit or DEFAULT_GENERATED_ROWS, seed)
+    else:
+        path = Path(data.source).expanduser()
+        try:
+            text = path.read_text(encoding="utf-8") if path.suffix in (".jsonl", ".json") else None
+            rows = json.loads(text) if text and text.lstrip().startswith("[") else None
+            if rows is None and text is not None:
+                rows = [json.loads(line) for line in text.splitlines() if line.strip()]
+        except (OSError, ValueError):
+            return None
+        if not isinstance(rows, list) or not all(isinstance(row, dict) for row in rows):
+            return None
+    columns = {key for row in rows for key in row}
+    if data.prompt_column not in columns or (data.answer_column and data.answer_column not in columns):
+        return None
+    rows = rows[: data.limit] if data.limit is not None else rows
+    if data.max_solution_steps is not None:
+        if not data.answer_column or data.answer_format != "gsm8k":
+            return None
+        rows = [r for r in rows if solution_steps(str(r.get(data.answer_column))) <= data.max_solution_steps]
+    answer = (lambda row: row.get(data.answer_column)) if data.answer_column else (lambda row: "")
+    kept = [r for r in rows if unusable_reason(r.get(data.prompt_column), answer(r), data) is None]
+    return [build_prompt(str(r[data.prompt_column]), data.system_prompt, data.chat) for r in kept] or None
+
+
 def _usable_rows(rows, data: DataSection):
-    """Rows that can be prompted (a non-empty text question) and scored (a numeric GSM8K gold answer, or a
-    non-empty plain one); the others are left out and counted by reason."""
+    """Rows that can be prompted and scored (`unusable_reason`); the others are left out and counted by reason."""
     prompts = rows[data.prompt_column]
     answers = rows[data.answer_column] if data.answer_column else [""] * len(rows)
     reasons: dict[int, str] = {}
     for index, (prompt, answer) in enumerate(zip(prompts, answers)):
-        if not isinstance(prompt, str) or not prompt.strip():
-            reasons[index] = f"`{data.prompt_column}` is empty or not text"
-        elif data.answer_column and (answer is None or not str(answer).strip()):
-            reasons[index] = f"no `{data.answer_column}`"
-        elif data.answer_column and data.answer_format == "gsm8k" and to_number(gold_answer(answer, "gsm8k")) is None:
-            reasons[index] = f"`{data.answer_column}` has no number after `####`"
+        why = unusable_reason(prompt, answer, data)
+        if why:
+            reasons[index] = why
     if not reasons:
         return rows, {}
     counts: dict[str, int] = {}

@@ -4,6 +4,9 @@ bound at the recipe's limits; the fallback when the data cannot be read; the cac
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 
 import pytest
 from typer.testing import CliRunner
@@ -71,20 +74,22 @@ def test_data_that_cannot_be_read_offline_falls_back_to_the_limits_in_one_line(t
 
 
 def test_lengths_are_cached_on_the_file_and_measured_again_when_it_changes(tiny_qwen2, tmp_path, monkeypatch):
+    from grpo_cli.plan import data_lengths
+
     source = write_jsonl([{"question": "What is 2 + 3?", "answer": "#### 5"}] * 8, tmp_path / "train.jsonl")
     recipe = load_recipe(write_recipe(tmp_path, tiny_qwen2, data={"source": str(source)}))
     first, _ = read_data_lengths(recipe)
+    measure = data_lengths._measure
 
-    def no_tokenizer(recipe):
+    def not_again(recipe):
         raise AssertionError("measured again")
 
-    monkeypatch.setattr(models, "tokenizer_without_weights", no_tokenizer)
-    assert read_data_lengths(recipe)[0] == first  # from the cache: no tokenizer loaded
+    monkeypatch.setattr(data_lengths, "_measure", not_again)
+    assert read_data_lengths(recipe)[0] == first  # from the cache
     write_jsonl([{"question": "What is 2 + 3? " * 5, "answer": "#### 5"}] * 8, source)
     lengths, note = read_data_lengths(recipe)
-    assert lengths is None and "measured again" in note  # the changed file was measured, not read from the cache
-    monkeypatch.undo()
-    monkeypatch.setenv("GRPO_CACHE", str(tmp_path / "cache"))
+    assert lengths is None and "measured again" in note  # the changed file is not taken from the cache
+    monkeypatch.setattr(data_lengths, "_measure", measure)
     assert read_data_lengths(recipe)[0].longest_prompt > first.longest_prompt
 
 
@@ -99,3 +104,49 @@ def test_train_checks_ram_with_the_same_figure_as_the_plan(tiny_qwen2, tmp_path,
     assert ram_warning(load_recipe(path)) == []  # enough for this data, though not for the limits
     monkeypatch.setattr(gpus, "available_ram", lambda: plan["peak_rss_gib"] * 0.9 * 2**30)
     assert "expects a peak RSS" in ram_warning(load_recipe(path))[0]
+
+
+def full_lengths(recipe, tools=None) -> tuple[int, int]:
+    tokenizer = models.load_tokenizer(recipe)
+    prepared = data.prepare(recipe.data, tokenizer, seed=recipe.training.seed, tools=tools)
+    return max(prepared.prompt_lengths), len(prepared.prompt_lengths)
+
+
+def test_once_a_folder_was_seen_the_plan_counts_without_torch_the_tokens_training_counts(tiny_qwen2, tmp_path):
+    from grpo_cli.plan.light_tokenizer import longest_prompt, remember_class
+
+    recipe = load_recipe(write_recipe(tmp_path, tiny_qwen2, data={"limit": 200, "max_prompt_length": 64}))
+    assert longest_prompt(recipe) is None  # a folder not seen yet: the full tokenizer decides
+    remember_class(models.load_tokenizer(recipe))  # as the first plan of the folder does
+    assert longest_prompt(recipe) == full_lengths(recipe)
+
+    rows = [{"question": f"Q{i}: what is {i} + {i}? " * (1 + i % 7), "answer": f"#### {2 * i}"} for i in range(60)]
+    rows += [{"question": "", "answer": "#### 1"}, {"question": "no number", "answer": "#### many"}]
+    source = write_jsonl(rows, tmp_path / "rows.jsonl")
+    recipe = load_recipe(
+        write_recipe(tmp_path, tiny_qwen2, data={"source": str(source), "limit": 55, "max_prompt_length": 90})
+    )
+    assert longest_prompt(recipe) == full_lengths(recipe)
+
+    code = (
+        "import sys; from grpo_cli.cli import app; "
+        f"app(['plan', {str(tmp_path / 'recipe.yaml')!r}, 'data.limit=50', '--device', 'cpu', '--json'], "
+        "standalone_mode=False); print('torch' in sys.modules)"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=os.environ.copy())
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip().splitlines()[-1] == "False"
+    longest, prompts = full_lengths(load_recipe(tmp_path / "recipe.yaml", ["data.limit=50"]))
+    planned = json.loads("\n".join(done.stdout.strip().splitlines()[:-1]))
+    assert planned["data"] == {"longest_prompt_tokens": longest, "prompts": prompts}
+
+
+def test_the_tool_descriptions_count_in_both_ways(tool_model, tmp_path):
+    from grpo_cli.plan.light_tokenizer import longest_prompt, remember_class
+    from grpo_cli.tools.registry import guarded_tools
+
+    recipe = load_recipe(write_recipe(tmp_path, tool_model, tools=[{"name": "calculator"}]))
+    remember_class(models.load_tokenizer(recipe))
+    tools = guarded_tools(recipe.tools)
+    with_tools = longest_prompt(recipe, tools)
+    assert with_tools == full_lengths(recipe, tools) and with_tools[0] > longest_prompt(recipe)[0]

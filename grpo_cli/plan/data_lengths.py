@@ -54,16 +54,24 @@ def read_data_lengths(recipe: Recipe) -> tuple[DataLengths | None, str]:
 
 
 def _measure(recipe: Recipe) -> DataLengths:
-    from grpo_cli import data, models
-    from grpo_cli.quiet import quiet_libraries
+    """Without torch where the tokenizer and data allow (light_tokenizer.py), else as training prepares its data."""
+    from grpo_cli.plan.light_tokenizer import longest_prompt, remember_class
 
-    quiet_libraries()
-    tokenizer = models.tokenizer_without_weights(recipe)
     tools = None
     if recipe.tools:
         from grpo_cli.tools.registry import guarded_tools
 
         tools = guarded_tools(recipe.tools)
+    light = longest_prompt(recipe, tools)
+    if light is not None:
+        return DataLengths(*light, recipe.data.source)
+
+    from grpo_cli import data, models
+    from grpo_cli.quiet import quiet_libraries
+
+    quiet_libraries()
+    tokenizer = models.tokenizer_without_weights(recipe)
+    remember_class(tokenizer)  # the next plan of this folder loads the same class without torch
     prepared = data.prepare(recipe.data, tokenizer, seed=recipe.training.seed, tools=tools)
     return DataLengths(max(prepared.prompt_lengths), len(prepared.prompt_lengths), recipe.data.source)
 

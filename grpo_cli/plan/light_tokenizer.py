@@ -1,0 +1,94 @@
+"""Prompt token counts without torch: the tokenizer class `AutoTokenizer` chose for a folder, loaded directly.
+
+`AutoTokenizer` imports torch (through the model configurations), about two seconds of a `grpo plan` that otherwise
+takes half a second; the tokenizer classes themselves do not. Which class `AutoTokenizer` picks depends on rules
+(the folder's config, its tokenizer_config.json, lists of known exceptions) that are not repeated here: the first
+plan of a local folder loads the tokenizer as training does and remembers the class it got, keyed on the folder's
+tokenizer files; later plans load that class directly and count with the same function as training
+(`data.prompt_lengths`). Anything else (a hub id, remote code, a folder not seen yet) returns None.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from grpo_cli.errors import UserError
+from grpo_cli.recipe.sources import model_location
+
+
+def light_tokenizer(recipe):
+    """The recipe's tokenizer from a local folder, without torch, or None (see the module docstring)."""
+    from grpo_cli.gguf import cache_root, converted_dir
+
+    if recipe.model.trust_remote_code:
+        return None
+    try:
+        location = Path(model_location(recipe.model.tokenizer or recipe.model.name))
+    except UserError:
+        return None
+    if location.suffix == ".gguf" and location.is_file():
+        converted = converted_dir(location)
+        folders = [converted, cache_root() / "tokenizers" / converted.name]
+    else:
+        folders = [location]
+    for folder in folders:
+        name = _remembered().get(_identity(folder)) if folder.is_dir() else None
+        if name is None:
+            continue
+        try:
+            import transformers
+
+            return getattr(transformers, name).from_pretrained(str(folder))
+        except Exception:  # a class gone or an unreadable folder (any library error): the full tokenizer decides
+            return None
+    return None
+
+
+def remember_class(tokenizer) -> None:
+    """Record the class `AutoTokenizer` loaded for the tokenizer's folder (`name_or_path`)."""
+    folder = Path(getattr(tokenizer, "name_or_path", "") or "")
+    name = type(tokenizer).__name__
+    if not folder.is_dir() or not name.isidentifier():
+        return
+    known = _remembered()
+    known[_identity(folder)] = name
+    path = _classes_file()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    partial = path.with_suffix(".partial")
+    partial.write_text(json.dumps(known, indent=0))
+    partial.replace(path)
+
+
+def _identity(folder: Path) -> str:
+    """The folder and its tokenizer files' sizes and times: a changed tokenizer is not taken for the one seen."""
+    files = sorted(p for p in folder.iterdir() if p.name.startswith(("tokenizer", "special", "chat_template")))
+    stats = [f"{p.name}:{p.stat().st_size}:{p.stat().st_mtime_ns}" for p in files]
+    return "|".join([str(folder.resolve()), *stats])
+
+
+def _classes_file() -> Path:
+    from grpo_cli.gguf import cache_root
+
+    return cache_root() / "tokenizer-classes.json"
+
+
+def _remembered() -> dict[str, str]:
+    try:
+        known = json.loads(_classes_file().read_text())
+    except (OSError, ValueError):
+        return {}
+    return known if isinstance(known, dict) else {}
+
+
+def longest_prompt(recipe, tools: list | None = None) -> tuple[int, int] | None:
+    """(longest prompt that survives the length filter, prompts that survive) without torch or `datasets`, or None."""
+    from grpo_cli.data import plain_prompts, prompt_lengths
+
+    prompts = plain_prompts(recipe.data, recipe.training.seed)
+    tokenizer = light_tokenizer(recipe) if prompts else None
+    if tokenizer is None:
+        return None
+    limit = recipe.data.max_prompt_length
+    kept = [n for n in prompt_lengths(tokenizer, prompts, tools) if limit is None or n <= limit]
+    return (max(kept), len(kept)) if kept else None
