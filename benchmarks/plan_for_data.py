@@ -155,7 +155,12 @@ def timing(repeats: int = 3) -> str:
 
     from grpo_cli.gguf import cache_root
 
-    lines = ["median of 3 wall times of `grpo plan --device cpu --json`"]
+    lines = [
+        f"# python benchmarks/plan_for_data.py --timing, {time.strftime('%Y-%m-%d')}",
+        '# "lengths measured": the model converted and its tokenizer class remembered (as after a first plan or run);',
+        '# "nothing cached": an empty GRPO_CACHE, as on a fresh install: the tokenizer is read out of the .gguf file',
+        "median of 3 wall times of `grpo plan --device cpu --json`",
+    ]
     for name in ("demo", "qwen_gsm8k"):
         recipe, overrides, _ = CASES[name]
         command = ["grpo", "plan", recipe, *overrides, "--device", "cpu", "--json"]
