@@ -15,6 +15,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from grpo_cli.errors import UserError
+from grpo_cli.plan.light_tokenizer import folder_identity
 from grpo_cli.recipe.schema import Recipe
 from grpo_cli.recipe.sources import GENERATED, model_location
 
@@ -102,8 +103,7 @@ def _tokenizer_identity(recipe: Recipe) -> str:
     except UserError:
         return name
     if location.is_dir():
-        files = sorted(p for p in location.iterdir() if p.name.startswith(("tokenizer", "chat_template", "special")))
-        return "|".join(_file_identity(str(p)) for p in files)
+        return folder_identity(location)
     if location.is_file():
         return _file_identity(str(location))
     return f"{name}@{recipe.model.revision}"  # a hub id: its revision names its files

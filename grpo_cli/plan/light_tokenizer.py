@@ -33,7 +33,7 @@ def light_tokenizer(recipe):
     else:
         folders = [location]
     for folder in folders:
-        name = _remembered().get(_identity(folder)) if folder.is_dir() else None
+        name = _remembered().get(folder_identity(folder)) if folder.is_dir() else None
         if name is None:
             continue
         try:
@@ -52,7 +52,7 @@ def remember_class(tokenizer) -> None:
     if not folder.is_dir() or not name.isidentifier():
         return
     known = _remembered()
-    known[_identity(folder)] = name
+    known[folder_identity(folder)] = name
     path = _classes_file()
     path.parent.mkdir(parents=True, exist_ok=True)
     partial = path.with_suffix(".partial")
@@ -60,7 +60,7 @@ def remember_class(tokenizer) -> None:
     partial.replace(path)
 
 
-def _identity(folder: Path) -> str:
+def folder_identity(folder: Path) -> str:
     """The folder and its tokenizer files' sizes and times: a changed tokenizer is not taken for the one seen."""
     files = sorted(p for p in folder.iterdir() if p.name.startswith(("tokenizer", "special", "chat_template")))
     stats = [f"{p.name}:{p.stat().st_size}:{p.stat().st_mtime_ns}" for p in files]
