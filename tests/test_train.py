@@ -174,6 +174,8 @@ def test_sigint_saves_checkpoint_and_resume_continues_same_data(tmp_path, tiny_l
 
     resumed = subprocess.run(_cli("train", str(recipe), "--resume"), capture_output=True, text=True, timeout=600)
     assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+    shown = resumed.stdout + resumed.stderr  # the log counts on from the checkpoint, not from step 1
+    assert f"  step {stopped_at + 1}/{steps}: generating" in shown and "  step 1/" not in shown, shown
     logged = [json.loads(line)["step"] for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     assert logged == list(range(1, steps + 1))  # no step lost, none repeated
     assert (run_dir / "final").exists()

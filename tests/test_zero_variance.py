@@ -114,6 +114,23 @@ def test_resample_fills_the_batch_with_informative_groups(tmp_path, tiny_llama):
     assert any(torch.count_nonzero(t) > 0 for name, t in weights.items() if "lora_B" in name)
 
 
+def test_each_resampling_round_counts_its_tokens_afresh(tmp_path, tiny_llama, monkeypatch):
+    import re
+
+    from grpo_cli.train.display import TrainingDisplay
+
+    seen: list[str] = []
+    monkeypatch.setattr(TrainingDisplay, "phase", lambda self, text: seen.append(text))
+    run(tmp_path, tiny_llama, "flat_first_round", steps=1, zero_variance_groups="resample")
+    counts = [
+        (m.group(1), int(m.group(2)), int(m.group(3)))
+        for m in map(re.compile(r"(?: \(round (\d)\))?: token (\d+)/(\d+)").search, seen)
+        if m
+    ]
+    assert any(name is None for name, _, _ in counts) and any(name == "2" for name, _, _ in counts), seen
+    assert all(token <= budget for _, token, budget in counts), seen
+
+
 def test_resample_stops_at_its_bound(tmp_path, tiny_llama):
     metrics = run(tmp_path, tiny_llama, "constant", steps=1, zero_variance_groups="resample", zero_variance_rounds=2)
     assert metrics[0]["zero_variance/extra_rounds"] == 2.0 and metrics[0]["zero_variance/groups_skipped"] == 4.0

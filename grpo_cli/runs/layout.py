@@ -43,7 +43,12 @@ OWN_NAMES = {
 def checkpoints(run_dir: Path) -> list[Path]:
     """Checkpoints in step order (whole or not)."""
     found = [p for p in run_dir.glob("checkpoint-*") if p.is_dir() and CHECKPOINT.match(p.name)]
-    return sorted(found, key=lambda p: int(CHECKPOINT.match(p.name).group(1)))
+    return sorted(found, key=checkpoint_step)
+
+
+def checkpoint_step(path: Path) -> int:
+    """The global step a `checkpoint-N` folder was saved at."""
+    return int(CHECKPOINT.match(path.name).group(1))
 
 
 def is_checkpoint(path: Path) -> bool:

@@ -19,9 +19,10 @@ def _fmt(value: Any) -> str:
 
 
 class TrainingDisplay:
-    def __init__(self, console: Console, total_steps: int):
+    def __init__(self, console: Console, total_steps: int, steps_done: int = 0):
         self.console = console
         self.total = total_steps
+        self.steps_done = steps_done  # a resumed run starts counting at its checkpoint's step
         self.history: list[dict] = []
         self.progress = None
         self.stats = "generating..."
@@ -29,7 +30,7 @@ class TrainingDisplay:
         self._last_phase_kind = ""
         if console.is_terminal:
             self.progress = progress_bar(console, "step")
-            self.task = self.progress.add_task("train", total=total_steps, stats="generating...")
+            self.task = self.progress.add_task("train", total=total_steps, completed=steps_done, stats="generating...")
 
     def __enter__(self):
         if self.progress:
@@ -49,10 +50,11 @@ class TrainingDisplay:
         kind = text.split(" ", 1)[0]
         if kind != self._last_phase_kind or time.monotonic() - self._last_phase_line >= 30:
             self._last_phase_line, self._last_phase_kind = time.monotonic(), kind
-            self.console.print(f"  step {len(self.history) + 1}/{self.total}: {text}", highlight=False)
+            self.console.print(f"  step {self.steps_done + 1}/{self.total}: {text}", highlight=False)
 
     def update(self, record: dict) -> None:
         self.history.append(record)
+        self.steps_done = record["step"]
         stats = "  ".join(f"{label} {_fmt(record.get(key))}" for key, label in SHOWN if key in record)
         self.stats = stats
         if self.progress:

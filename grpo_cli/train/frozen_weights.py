@@ -15,9 +15,8 @@ from __future__ import annotations
 
 from contextlib import contextmanager
 
-from grpo_cli.train.phases import trl_seam
+from grpo_cli.train.phases import SINGLE_TURN_SEAM, trl_seam
 
-SEAM = "_generate_single_turn"  # GRPOTrainer's private call of the generation backend (trl 1.x)
 AUTOCAST_DTYPES = {"bf16": "bfloat16", "fp16": "float16"}
 
 
@@ -70,14 +69,14 @@ def narrow(trainer, mixed: str) -> str | None:
     dtype = getattr(torch, name)
     for module in frozen_linears(model):
         module.to(dtype)
-    original = trl_seam(trainer, SEAM, "wraps to generate under autocast")
+    original = trl_seam(trainer, SINGLE_TURN_SEAM, "wraps to generate under autocast")
     device_type = next(model.parameters()).device.type
 
     def generate_under_autocast(*args, **kwargs):
         with torch.autocast(device_type, dtype=dtype), output_layer_cast_once(model, dtype):
             return original(*args, **kwargs)
 
-    setattr(trainer, SEAM, generate_under_autocast)
+    setattr(trainer, SINGLE_TURN_SEAM, generate_under_autocast)
     return name
 
 

@@ -18,9 +18,7 @@ benchmarks/generation_in_training.py measures it against TRL's own path and `grp
 
 from __future__ import annotations
 
-from grpo_cli.train.phases import trl_seam
-
-SEAM = "_generate_single_turn"  # GRPOTrainer's private call of the generation backend (trl 1.x)
+from grpo_cli.train.phases import SINGLE_TURN_SEAM, trl_seam
 
 
 def can_merge(trainer) -> bool:
@@ -41,7 +39,7 @@ def install(trainer) -> bool:
 
     if not can_merge(trainer):
         return False
-    original = trl_seam(trainer, SEAM, "wraps to generate with the adapter merged")
+    original = trl_seam(trainer, SINGLE_TURN_SEAM, "wraps to generate with the adapter merged")
     model = trainer.accelerator.unwrap_model(trainer.model)
 
     def merged(*args, **kwargs):
@@ -53,5 +51,5 @@ def install(trainer) -> bool:
             with torch.no_grad():
                 model.unmerge_adapter()
 
-    setattr(trainer, SEAM, merged)
+    setattr(trainer, SINGLE_TURN_SEAM, merged)
     return True

@@ -12,6 +12,7 @@ from transformers import TrainerCallback
 from grpo_cli.errors import UserError
 
 GENERATION_SEAM = "_generate_and_score_completions"  # GRPOTrainer's private generate-and-score phase (trl 1.x)
+SINGLE_TURN_SEAM = "_generate_single_turn"  # its private call of the generation backend, once per round (trl 1.x)
 
 
 def trl_seam(trainer, name: str, purpose: str) -> Callable:
@@ -46,13 +47,18 @@ def around_generation(trainer, on_start: Callable[[], None], on_end: Callable[[]
 
 class StepPhases(TrainerCallback):
     """Feeds `show(text)` with the phase: a forward hook counts decode steps while generating (one model call per
-    new token), the substep callbacks count micro-batches while training."""
+    new token), the substep callbacks count micro-batches while training. A step may generate in several rounds
+    (zero-variance resampling, tool turns): each round counts its tokens afresh and is named from the second on."""
 
     def __init__(self, show: Callable[[str], None], budget: int, batch: int, micro_batches: int):
         self.show, self.budget, self.batch, self.micro_batches = show, budget, batch, micro_batches
-        self.generating = False
+        self.generating = False  # inside the step's generate-and-score phase
+        self.decoding = False  # inside one generation round (not scoring, which also calls the model)
+        self.rounds = 0
+        self.rows = batch
         self.calls = 0
         self.started = 0.0
+        self.round_started = 0.0
         self.micro = 0
         self.generation_total = 0.0  # seconds spent generating since the last take
 
@@ -63,13 +69,24 @@ class StepPhases(TrainerCallback):
 
     def install(self, trainer) -> None:
         around_generation(trainer, self._generation_start, self._generation_end)
+        single_turn = trl_seam(trainer, SINGLE_TURN_SEAM, "counts the generation rounds of a step by")
+
+        def one_round(*args, **kwargs):
+            self.rounds, self.calls, self.decoding = self.rounds + 1, 0, True
+            self.round_started = time.perf_counter()
+            try:
+                return single_turn(*args, **kwargs)
+            finally:
+                self.decoding = False
+
+        setattr(trainer, SINGLE_TURN_SEAM, one_round)
         model = trainer.model
         causal_lm = model.get_base_model() if hasattr(model, "get_base_model") else model  # what generate() calls
         causal_lm.register_forward_hook(self._forward)
         trainer.add_callback(self)
 
     def _generation_start(self) -> None:
-        self.generating, self.calls, self.started = True, 0, time.perf_counter()
+        self.generating, self.rounds, self.started = True, 0, time.perf_counter()
         self.show(f"generating {self.batch} completions...")
 
     def _generation_end(self) -> None:
@@ -79,14 +96,18 @@ class StepPhases(TrainerCallback):
         self.show(f"generated in {seconds:.0f} s; training micro-batch 1/{self.micro_batches}")
 
     def _forward(self, module, args, output) -> None:
-        if not self.generating:
+        if not (self.generating and self.decoding):
             return
         self.calls += 1  # call 1 reads the prompts; each later call adds one token to every unfinished completion
+        if self.calls == 1:
+            logits = getattr(output, "logits", None)
+            self.rows = logits.shape[0] if logits is not None else self.batch
         if self.calls > 1 and (self.calls % 8 == 0 or self.calls == 2):
-            elapsed = time.perf_counter() - self.started
+            elapsed = time.perf_counter() - self.round_started
+            name = f" (round {self.rounds})" if self.rounds > 1 else ""
             self.show(
-                f"generating {self.batch} completions: token {self.calls - 1}/{self.budget} "
-                f"({(self.calls - 1) * self.batch / elapsed:.0f} tokens/s)"
+                f"generating {self.rows} completions{name}: token {self.calls - 1}/{self.budget} "
+                f"({(self.calls - 1) * self.rows / elapsed:.0f} tokens/s)"
             )
 
     def on_substep_end(self, args, state, control, **kwargs):

@@ -61,7 +61,7 @@ def train(recipe: Recipe, resume: bool = False, console: Console | None = None) 
     trainer, prepared = build_trainer(recipe, recipe.output_dir, [interrupt], reward_funcs)
     for line in prepared.report(recipe):
         console.print(line, highlight=False)
-    display = _watch(trainer, recipe, console, len(prepared.dataset), reward_funcs[0])
+    display = _watch(trainer, recipe, console, len(prepared.dataset), reward_funcs[0], checkpoint)
     _run_steps(trainer, recipe, checkpoint, display, interrupt)
     final_dir = _save_final(trainer, recipe, interrupt.requested, console)
     console.print(display.summary())
@@ -72,14 +72,15 @@ def train(recipe: Recipe, resume: bool = False, console: Console | None = None) 
     return TrainResult(recipe.output_dir, trainer.state.global_step, interrupt.requested, final_dir, display.history)
 
 
-def _watch(trainer, recipe: Recipe, console: Console, rows: int, recorder):
+def _watch(trainer, recipe: Recipe, console: Console, rows: int, recorder, checkpoint: Path | None):
     """The progress display, fed by the step's phases and by the callback that writes metrics.jsonl (each one added
-    to the trainer, the metrics first)."""
+    to the trainer, the metrics first); a resumed run counts on from its checkpoint's step."""
+    from grpo_cli.runs.layout import checkpoint_step
     from grpo_cli.train.callbacks import MetricsCallback
     from grpo_cli.train.display import TrainingDisplay
     from grpo_cli.train.phases import StepPhases
 
-    display = TrainingDisplay(console, recipe.total_steps(rows))
+    display = TrainingDisplay(console, recipe.total_steps(rows), checkpoint_step(checkpoint) if checkpoint else 0)
     phases = StepPhases(
         display.phase,
         recipe.grpo.max_completion_length,
