@@ -11,7 +11,17 @@ import yaml
 
 from grpo_cli.errors import UserError
 from grpo_cli.recipe.schema import Recipe
-from grpo_cli.runs.layout import CHECKPOINT, FINAL_DIR, METRICS_FILE, OWN_NAMES, RECIPE_FILE, SAMPLES_FILE, checkpoints
+from grpo_cli.runs.layout import (
+    CHECKPOINT,
+    FINAL_DIR,
+    METRICS_FILE,
+    OWN_NAMES,
+    RECIPE_CHANGES_FILE,
+    RECIPE_FILE,
+    SAMPLES_FILE,
+    checkpoint_step,
+    checkpoints,
+)
 
 
 def checkpoint_problem(folder: Path) -> str | None:
@@ -105,7 +115,7 @@ def prepare_run_dir(recipe: Recipe, resume: bool) -> RunStart:
                 "in another directory, or evaluate it: grpo eval --run " + str(run_dir),
                 path="training.output_dir",
             )
-        return RunStart(checkpoint, notes + [f"resuming from {checkpoint.name}"])
+        return RunStart(checkpoint, notes + [f"resuming from {checkpoint.name}", *_record_changes(recipe, checkpoint)])
     if run_dir.is_dir() and any(run_dir.iterdir()):
         # An earlier attempt stopped before its first whole checkpoint: nothing in it can be resumed.
         for leftover in [*checkpoints(run_dir), *(run_dir / f for f in (METRICS_FILE, SAMPLES_FILE))]:
@@ -158,6 +168,37 @@ def _refuse_shape_change(recipe: Recipe, run_dir: Path) -> None:
             )
 
 
+def _record_changes(recipe: Recipe, checkpoint: Path) -> list[str]:
+    """A resumed run may change settings that do not shape the checkpoint (rewards, sampling, batch rules): the run
+    directory's recipe.yaml then says what runs from now on, and recipe_changes.jsonl keeps each change with the
+    step it took effect at, so the record of the whole run stays true. Returns the note to print, if any."""
+    run_dir = checkpoint.parent
+    saved_file = run_dir / RECIPE_FILE
+    if not saved_file.is_file():
+        return []
+    saved = yaml.safe_load(saved_file.read_text(encoding="utf-8")) or {}
+    now = yaml.safe_load(yaml.safe_dump(_resolved(recipe), sort_keys=False))
+    changes = {key: [before, after] for key, before, after in _differences(saved, now)}
+    if not changes:
+        return []
+    step = checkpoint_step(checkpoint)
+    with (run_dir / RECIPE_CHANGES_FILE).open("a", encoding="utf-8") as out:
+        out.write(json.dumps({"from_step": step + 1, "changes": changes}) + "\n")
+    write_resolved_recipe(recipe, saved_file)
+    shown = "; ".join(f"{key}: {_show(b)} -> {_show(a)}" for key, (b, a) in list(changes.items())[:4])
+    more = f" and {len(changes) - 4} more" if len(changes) > 4 else ""
+    return [f"changed from step {step + 1} on: {shown}{more} (kept in {RECIPE_CHANGES_FILE})"]
+
+
+def _differences(before, after, prefix: str = ""):
+    """(dotted key, before, after) for every leaf that differs between two nested mappings."""
+    if isinstance(before, dict) and isinstance(after, dict):
+        for key in list(before) + [k for k in after if k not in before]:
+            yield from _differences(before.get(key), after.get(key), f"{prefix}{key}.")
+    elif before != after:
+        yield prefix.rstrip("."), before, after
+
+
 def _at(data: dict, key: str):
     for part in key.split("."):
         data = data.get(part) if isinstance(data, dict) else None
@@ -171,7 +212,11 @@ def _show(value) -> str:
 def write_resolved_recipe(recipe: Recipe, path: Path) -> None:
     """The recipe with every default and override filled in; name and output_dir are written out so it reloads
     as the same run from anywhere."""
+    path.write_text(yaml.safe_dump(_resolved(recipe), sort_keys=False, allow_unicode=True), encoding="utf-8")
+
+
+def _resolved(recipe: Recipe) -> dict:
     resolved = recipe.model_dump(mode="json")
     resolved["name"] = recipe.run_name
     resolved["training"]["output_dir"] = str(recipe.output_dir)
-    path.write_text(yaml.safe_dump(resolved, sort_keys=False, allow_unicode=True), encoding="utf-8")
+    return resolved

@@ -8,6 +8,7 @@ from pathlib import Path
 
 # A run directory (`grpo train`).
 RECIPE_FILE = "recipe.yaml"  # the resolved recipe: every default and override filled in
+RECIPE_CHANGES_FILE = "recipe_changes.jsonl"  # what a resumed run changed in it, and from which step
 METRICS_FILE = "metrics.jsonl"
 SAMPLES_FILE = "samples.jsonl"
 FINAL_DIR = "final"
@@ -28,6 +29,7 @@ COMPARISON_FILE = "comparison.json"
 # Everything `grpo train`, `grpo eval --run`, `grpo report` and TRL write into a run directory.
 OWN_NAMES = {
     RECIPE_FILE,
+    RECIPE_CHANGES_FILE,
     METRICS_FILE,
     SAMPLES_FILE,
     FINAL_DIR,
