@@ -272,9 +272,9 @@ def test_resume_with_changed_settings_keeps_a_true_record(tmp_path, tiny_llama):
     """Settings that do not shape the checkpoint may change on --resume; recipe.yaml then says what runs from now
     on, and recipe_changes.jsonl says what changed from which step."""
     recipe = write_recipe(tmp_path, tiny_llama, rewards=REWARDS, training={"max_steps": 2, "save_steps": 1})
-    first = runner_invoke(["train", str(recipe), "training.max_steps=1"])
+    first = CliRunner().invoke(app, ["train", str(recipe), "training.max_steps=1"])
     assert first.exit_code == 0, first.output
-    resumed = runner_invoke(["train", str(recipe), "--resume", "grpo.temperature=0.5"])
+    resumed = CliRunner().invoke(app, ["train", str(recipe), "--resume", "grpo.temperature=0.5"])
     assert resumed.exit_code == 0, resumed.output
     assert "changed from step 2 on: grpo.temperature: 1.0 -> 0.5; training.max_steps: 1 -> 2" in resumed.output
     run_dir = tmp_path / "run"
@@ -283,7 +283,3 @@ def test_resume_with_changed_settings_keeps_a_true_record(tmp_path, tiny_llama):
     saved = load_recipe(run_dir / "recipe.yaml")
     assert saved.grpo.temperature == 0.5 and saved.training.max_steps == 2
     assert [json.loads(line)["step"] for line in (run_dir / "metrics.jsonl").read_text().splitlines()] == [1, 2]
-
-
-def runner_invoke(args: list[str]):
-    return CliRunner().invoke(app, args)

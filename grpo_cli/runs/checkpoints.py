@@ -150,12 +150,17 @@ def _ours(path: Path) -> bool:
     return path.name in OWN_NAMES or bool(CHECKPOINT.match(path.name))
 
 
+def _saved_recipe(run_dir: Path) -> dict | None:
+    """The resolved recipe the run directory was last started with, as written (None: there is none)."""
+    saved_file = run_dir / RECIPE_FILE
+    return (yaml.safe_load(saved_file.read_text(encoding="utf-8")) or {}) if saved_file.is_file() else None
+
+
 def _refuse_shape_change(recipe: Recipe, run_dir: Path) -> None:
     """A resumed run keeps the model, the method and the adapter shape its checkpoint holds."""
-    saved_file = run_dir / RECIPE_FILE
-    if not saved_file.is_file():
+    saved = _saved_recipe(run_dir)
+    if saved is None:
         return
-    saved = yaml.safe_load(saved_file.read_text(encoding="utf-8")) or {}
     now = recipe.model_dump(mode="json")
     for key in SHAPE_KEYS:
         before, after = _at(saved, key), _at(now, key)
@@ -173,10 +178,9 @@ def _record_changes(recipe: Recipe, checkpoint: Path) -> list[str]:
     directory's recipe.yaml then says what runs from now on, and recipe_changes.jsonl keeps each change with the
     step it took effect at, so the record of the whole run stays true. Returns the note to print, if any."""
     run_dir = checkpoint.parent
-    saved_file = run_dir / RECIPE_FILE
-    if not saved_file.is_file():
+    saved = _saved_recipe(run_dir)
+    if saved is None:
         return []
-    saved = yaml.safe_load(saved_file.read_text(encoding="utf-8")) or {}
     now = yaml.safe_load(yaml.safe_dump(_resolved(recipe), sort_keys=False))
     changes = {key: [before, after] for key, before, after in _differences(saved, now)}
     if not changes:
@@ -184,7 +188,7 @@ def _record_changes(recipe: Recipe, checkpoint: Path) -> list[str]:
     step = checkpoint_step(checkpoint)
     with (run_dir / RECIPE_CHANGES_FILE).open("a", encoding="utf-8") as out:
         out.write(json.dumps({"from_step": step + 1, "changes": changes}) + "\n")
-    write_resolved_recipe(recipe, saved_file)
+    write_resolved_recipe(recipe, run_dir / RECIPE_FILE)
     shown = "; ".join(f"{key}: {_show(b)} -> {_show(a)}" for key, (b, a) in list(changes.items())[:4])
     more = f" and {len(changes) - 4} more" if len(changes) > 4 else ""
     return [f"changed from step {step + 1} on: {shown}{more} (kept in {RECIPE_CHANGES_FILE})"]
