@@ -14,7 +14,11 @@ import json
 import sys
 from pathlib import Path
 
-FILTERS = ("strict-match", "flexible-extract")
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from grpo_cli.eval.scoring import FILTERS  # noqa: E402
+from grpo_cli.runs.layout import COMPARISON_FILE  # noqa: E402
 
 
 def read_points(specs: list[str]) -> list[tuple[int, dict]]:
@@ -24,7 +28,7 @@ def read_points(specs: list[str]) -> list[tuple[int, dict]]:
         step, sep, folder = spec.partition("=")
         if not sep or not step.isdigit():
             sys.exit(f"{spec}: write STEP=DIR, e.g. 8=runs/c3-val/ckpt8")
-        path = Path(folder) / "comparison.json"
+        path = Path(folder) / COMPARISON_FILE
         if not path.exists():
             sys.exit(f"{path} not found: is {folder} the --output of `grpo eval --compare`?")
         points.append((int(step), json.loads(path.read_text())))
