@@ -4,10 +4,15 @@ from __future__ import annotations
 
 import json
 
+import pytest
 from typer.testing import CliRunner
 
 from conftest import write_recipe
 from grpo_cli.cli import app
+from grpo_cli.preflight.measure import StepMeasurement
+from grpo_cli.preflight.run import expected_step_seconds
+from grpo_cli.preflight.sampling import SampledGroups
+from grpo_cli.recipe.schema import Recipe
 
 REWARDS = """
 def constant(completions, **kwargs):
@@ -59,6 +64,42 @@ def test_varying_and_failing_rewards_with_all_fields(tmp_path, tiny_llama):
     assert data["fits"] is True and data["gpu_gib"] == 24
     assert data["truncated_share"] == 1.0  # random weights never say end-of-sequence within 8 tokens
     assert any("grpo.max_completion_length=16" in a["overrides"] for a in data["advice"])
+
+
+def _step_for(data_prompt: int, mean_completion: float, batch_share: float) -> tuple[float, float]:
+    """The ETA model's step for a recipe without data.max_prompt_length, measured at a 30-token calibration prompt
+    and the full 8-token budget in 2.0 s, 1.5 s of it generating."""
+    recipe = Recipe.model_validate(
+        {"model": {"name": "tiny"}, "data": {"source": "generated"}, "rewards": [{"name": "correctness"}]}
+    )
+    recipe = recipe.model_copy(update={"grpo": recipe.grpo.model_copy(update={"max_completion_length": 8})})
+    assert recipe.data.max_prompt_length is None
+    ran = recipe.model_copy(update={"data": recipe.data.model_copy(update={"max_prompt_length": 30})})
+    measured = StepMeasurement(1.0, 1.0, None, [2.0], [1.5], "cpu", ran)
+    groups = SampledGroups(
+        prompts=2,
+        completions=4,
+        zero_variance_share=0.0,
+        truncated_share=0.0,
+        mean_completion_tokens=mean_completion,
+        batch_length_share=batch_share,
+        tokens_per_second=0.0,
+        longest_prompt_tokens=data_prompt,
+    )
+    return expected_step_seconds(recipe, measured, groups, 2.0, 1.5)
+
+
+def test_eta_counts_the_datas_prompts_when_completions_are_empty():
+    """Empty sampled completions still cost a step: the prompts from the data are trained on and pass through
+    generation. The data's prompt length, not the calibration prompt's, sets the training part."""
+    empty, worst = _step_for(data_prompt=30, mean_completion=0.0, batch_share=0.0)
+    assert 0 < empty < worst
+    assert empty == pytest.approx(1.5 / 8 + 0.5 * 30 / 38)  # one token of generation; training over the prompts
+    assert worst == pytest.approx(2.0)  # the data's prompts as long as the measured one: the measured step
+    longer, longer_worst = _step_for(data_prompt=90, mean_completion=0.0, batch_share=0.0)
+    assert longer - empty == pytest.approx(0.5 * 60 / 38) and longer_worst > worst
+    sampled, _ = _step_for(data_prompt=30, mean_completion=4.0, batch_share=0.5)
+    assert empty < sampled == pytest.approx(1.5 * 0.5 + 0.5 * 34 / 38)
 
 
 def test_constant_reward_has_no_signal_and_gets_advice(tmp_path, tiny_llama):

@@ -100,13 +100,8 @@ def run_preflight(
 
     step_s = measured.step_seconds[-1]
     generation_s = min(measured.generation_seconds[-1], step_s)
-    prompt = measured.recipe.data.max_prompt_length or 0
-    budget = recipe.grpo.max_completion_length
-    # Generation runs until the longest completion of its batch ends; training scales with sequence length.
-    expected_step = generation_s * groups.batch_length_share + (step_s - generation_s) * (
-        prompt + groups.mean_completion_tokens
-    ) / (prompt + budget)
     total_steps = recipe.total_steps(groups.dataset_rows)
+    expected_step, worst_step = expected_step_seconds(recipe, measured, groups, step_s, generation_s)
     eta_s = total_steps * expected_step
     advice = advise(recipe, groups, verdict, verdict_smi, eta_s, total_steps, arch, hours)
     return Preflight(
@@ -121,9 +116,29 @@ def run_preflight(
         step_s,
         generation_s,
         eta_s,
-        total_steps * step_s,
+        total_steps * worst_step,
         advice,
         time.perf_counter() - started,
+    )
+
+
+def expected_step_seconds(
+    recipe: Recipe, measured: StepMeasurement, groups: SampledGroups, step_s: float, generation_s: float
+) -> tuple[float, float]:
+    """A step of the run, at the sampled completion lengths and with every completion at the budget, scaled from
+    the measured step (every prompt the calibration prompt, every completion at the budget).
+
+    Training scales with sequence length: the run's prompts (the data's longest, as the plan counts them; the
+    recipe's limit or the calibration prompt where the data gave none) plus its completions. Generation runs until
+    the longest completion of its batch ends, and at least one token: each batch's prompts pass through the model."""
+    measured_prompt = measured.recipe.data.max_prompt_length or 0
+    prompt = groups.longest_prompt_tokens or recipe.data.max_prompt_length or measured_prompt
+    budget = recipe.grpo.max_completion_length
+    training_s = (step_s - generation_s) / (measured_prompt + budget)
+    share = max(groups.batch_length_share, 1 / budget)
+    return (
+        generation_s * share + training_s * (prompt + groups.mean_completion_tokens),
+        generation_s + training_s * (prompt + budget),
     )
 
 

@@ -50,6 +50,8 @@ class SampledGroups:
     tokens_per_second: float
     rewards: list[RewardStats] = field(default_factory=list)
     dataset_rows: int = 0
+    # Tokens of the data's longest prompt, measured as the plan measures them (plan/data_lengths.py).
+    longest_prompt_tokens: int = 0
     tools: dict[str, float] | None = None  # with tools: calls, failures, malformed attempts and turns (tool_summary)
 
 
@@ -132,7 +134,7 @@ def sample_groups(recipe: Recipe, prompt_count: int, show=lambda text, new_phase
         tally.seconds += time.perf_counter() - started
         columns = {k: [v for v in col[start : start + per_batch] for _ in range(g)] for k, col in columns_all.items()}
         tally.add(ids, completions, figures, [p for p in prompts for _ in range(g)], columns)
-    return tally.summary(g, len(prepared.dataset))
+    return tally.summary(g, len(prepared.dataset), max(prepared.prompt_lengths, default=0))
 
 
 class _Tally:
@@ -173,7 +175,7 @@ class _Tally:
                 sum(spec.weight * values[i][j] for i, spec in enumerate(self.specs) if values[i][j] is not None)
             )
 
-    def summary(self, g: int, dataset_rows: int) -> SampledGroups:
+    def summary(self, g: int, dataset_rows: int, longest_prompt: int) -> SampledGroups:
         groups = [self.totals[i : i + g] for i in range(0, len(self.totals), g)]
         flat = sum(_std(group) <= ZERO_STD_TOLERANCE for group in groups)
         stats = []
@@ -202,6 +204,7 @@ class _Tally:
             tokens_per_second=sum(lengths) / self.seconds if self.seconds else 0.0,
             rewards=stats,
             dataset_rows=dataset_rows,
+            longest_prompt_tokens=longest_prompt,
             tools=tool_summary(self.tool_records),
         )
 

@@ -30,8 +30,8 @@ def preflight_json(result: Preflight) -> dict[str, Any]:
         "training_s": round(result.step_s - result.generation_s, 3),
         "generation_tokens_per_s": round(s.tokens_per_second, 1),
         "total_steps": result.total_steps,
-        "eta_s": round(result.eta_s, 1),
-        "eta_worst_s": round(result.eta_worst_s, 1),
+        "eta_s": round(result.eta_s, 3),  # as precise as the step time it scales: a tiny model's is under 0.1 s
+        "eta_worst_s": round(result.eta_worst_s, 3),
         "prompts": s.prompts,
         "completions": s.completions,
         "zero_variance_share": round(s.zero_variance_share, 4),
