@@ -23,7 +23,6 @@ import statistics
 import sys
 import tempfile
 import time
-import types
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -71,18 +70,19 @@ def main() -> None:
         completion_ids = trainer._generate(prompts)[1]
         return sum(len(ids) for ids in completion_ids)
 
-    installed = trainer._generate_single_turn  # build_trainer wrapped it: merge (float32) or autocast (bf16)
-    unmerged = types.MethodType(type(trainer)._generate_single_turn, trainer)  # TRL's own method
+    from contextlib import nullcontext
+
+    installed = trainer.generation_context  # chosen by the trainer class: merge (float32) or autocast (bf16)
     model = trainer.accelerator.unwrap_model(trainer.model)
     narrowed = any(p.dtype != torch.float32 for p in model.parameters() if not p.requires_grad)
-    assert installed != unmerged and (narrowed or merged_generation.can_merge(trainer))
+    assert installed is not nullcontext and (narrowed or merged_generation.can_merge(trainer))
 
     def trl_unmerged() -> int:
-        trainer._generate_single_turn = unmerged
+        trainer.generation_context = nullcontext  # TRL's own path: no merge, no autocast
         return trl_generate()
 
     def grpo_path() -> int:
-        trainer._generate_single_turn = installed
+        trainer.generation_context = installed
         return trl_generate()
 
     texts = [tokenizer.apply_chat_template(row["prompt"], add_generation_prompt=True, tokenize=False) for row in rows]
@@ -105,7 +105,7 @@ def main() -> None:
             base.train()
 
     def autocast_output_cast_per_token() -> int:  # grpo before output_layer_cast_once (frozen_weights.py)
-        trainer._generate_single_turn = unmerged
+        trainer.generation_context = nullcontext
         with torch.autocast(next(model.parameters()).device.type, dtype=torch.bfloat16):
             return trl_generate()
 

@@ -103,25 +103,3 @@ def skip_unused_bitsandbytes(recipe: Recipe) -> bool:
         return False
     sys.modules["bitsandbytes"] = None  # type: ignore[assignment]
     return True
-
-
-# The LM head's tile width on a CPU.
-#
-# TRL projects the LM head in [4096 tokens, 32768 vocabulary] tiles (trl/kernels/chunked_logprob.py). With Triton the
-# fold of each tile runs in registers; without it (every CPU) `_forward_tile` and `_backward_tile` run it as torch ops
-# that hold several float32 copies of the whole tile at once: at the demo's full length, more than the unchunked
-# logits would take. Narrower tiles hold proportionally less and change results only by float32 rounding (the fold is
-# an online logsumexp in float32, and the gradients accumulate in float32 either way; tests/test_cpu_memory.py).
-CPU_HEAD_TILE = 8192
-
-
-def narrow_head_tiles() -> bool:
-    """Set TRL's head tile width to CPU_HEAD_TILE for this process. False (nothing changed) when this TRL no longer
-    has the setting, so an upgrade that renames it costs memory, never correctness."""
-    import trl.trainer.utils as trl_utils
-
-    width = getattr(trl_utils, "_CHUNKED_LOGPROB_CHUNK_SIZE", None)
-    if not isinstance(width, int):
-        return False
-    trl_utils._CHUNKED_LOGPROB_CHUNK_SIZE = min(width, CPU_HEAD_TILE)
-    return True

@@ -135,3 +135,15 @@ def test_run_and_evaluation_file_names_are_defined_once():
                     if node.value == name or node.value.endswith("/" + name)
                 }
     assert not spelled, sorted(spelled)
+
+
+def test_every_module_is_named_in_docs_layout():
+    """docs/layout.md is the map of the code: a module missing from it is a module nobody can find."""
+    page = (PACKAGE.parent / "docs" / "layout.md").read_text(encoding="utf-8")
+    modules = [*PACKAGE.rglob("*.py"), *REWARDS.glob("*.py")]
+    unnamed = [
+        str(p.relative_to(PACKAGE.parent))
+        for p in modules
+        if p.name not in ("__init__.py", "__main__.py") and f"{p.stem}.py" not in page
+    ]
+    assert not unnamed, unnamed

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from grpo_cli.cpu_memory import peak_rss
 from grpo_cli.recipe.schema import Recipe
-from grpo_cli.train.phases import StepPhases, around_generation
+from grpo_cli.train.phases import GenerationClock, StepPhases
 
 PROMPT = "Ava has 5 apples and buys 7 more. How many apples does Ava have now?"
 
@@ -114,8 +114,8 @@ class LiveTensorBytes:
 
 def _mark_generation(trainer, tracker) -> None:
     """Attribute allocations made while generating and scoring to the generation phase."""
-    around_generation(
-        trainer, lambda: setattr(tracker, "phase", "generation"), lambda: setattr(tracker, "phase", "training")
+    trainer.add_phase_listener(
+        GenerationClock(lambda: setattr(tracker, "phase", "generation"), lambda: setattr(tracker, "phase", "training"))
     )
 
 
@@ -199,7 +199,9 @@ def measure_steps(
     def add_generation_time() -> None:
         clock["generation"] += time.perf_counter() - started["generation"]
 
-    around_generation(trainer, lambda: started.update(generation=time.perf_counter()), add_generation_time)
+    trainer.add_phase_listener(
+        GenerationClock(lambda: started.update(generation=time.perf_counter()), add_generation_time)
+    )
 
     class StepClock(TrainerCallback):
         def on_step_begin(self, args, state, control, **kwargs):

@@ -15,8 +15,6 @@ from __future__ import annotations
 
 from contextlib import contextmanager
 
-from grpo_cli.train.phases import SINGLE_TURN_SEAM, trl_seam
-
 AUTOCAST_DTYPES = {"bf16": "bfloat16", "fp16": "float16"}
 
 
@@ -47,9 +45,9 @@ def planned_dtype(recipe, mixed: str) -> str | None:
     return AUTOCAST_DTYPES.get(mixed)
 
 
-def narrow(trainer, mixed: str) -> str | None:
-    """Cast the frozen Linear weights to the autocast dtype and generate under autocast; the dtype, or None when
-    the run is not one this applies to (nothing is changed then)."""
+def narrow(trainer, mixed: str):
+    """Cast the frozen Linear weights to the autocast dtype; that dtype, or None when the run is not one this applies
+    to (nothing is changed then). Generation must then run under `generating_under_autocast`."""
     import torch
     from trl.distributed import DistributedBackend
 
@@ -69,15 +67,17 @@ def narrow(trainer, mixed: str) -> str | None:
     dtype = getattr(torch, name)
     for module in frozen_linears(model):
         module.to(dtype)
-    original = trl_seam(trainer, SINGLE_TURN_SEAM, "wraps to generate under autocast")
+    return dtype
+
+
+@contextmanager
+def generating_under_autocast(model, dtype):
+    """One generation round under autocast in `dtype`, the output layer cast once for the whole round."""
+    import torch
+
     device_type = next(model.parameters()).device.type
-
-    def generate_under_autocast(*args, **kwargs):
-        with torch.autocast(device_type, dtype=dtype), output_layer_cast_once(model, dtype):
-            return original(*args, **kwargs)
-
-    setattr(trainer, SINGLE_TURN_SEAM, generate_under_autocast)
-    return name
+    with torch.autocast(device_type, dtype=dtype), output_layer_cast_once(model, dtype):
+        yield
 
 
 @contextmanager

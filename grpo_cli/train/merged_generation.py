@@ -2,8 +2,8 @@
 
 Unmerged, every decode step pays each adapted Linear layer twice more (x @ A, then @ B, for one new token per row):
 many small operations that a CPU runs far below its matmul speed. Merged, the model decodes as fast as the plain
-model. Only TRL's `generate` call is wrapped (`_generate_single_turn`): the reference and old-policy log-probs, the
-rewards and the loss all run afterwards on the unmerged model, as TRL computes them.
+model. Only TRL's `generate` call runs merged (the trainer class's `_generate_single_turn`): the reference and
+old-policy log-probs, the rewards and the loss all run afterwards on the unmerged model, as TRL computes them.
 
 Merging adds B @ A * scale to each base weight and unmerging subtracts the same product, so the base weights come
 back up to float rounding (half a unit in the last place per step). TRL does the same every step when it syncs a
@@ -18,7 +18,7 @@ benchmarks/generation_in_training.py measures it against TRL's own path and `grp
 
 from __future__ import annotations
 
-from grpo_cli.train.phases import SINGLE_TURN_SEAM, trl_seam
+from contextlib import contextmanager
 
 
 def can_merge(trainer) -> bool:
@@ -33,23 +33,15 @@ def can_merge(trainer) -> bool:
     return not (backend.is_zero3 or backend.is_fsdp)
 
 
-def install(trainer) -> bool:
-    """Merge around each generate call when the model allows it; True when installed."""
+@contextmanager
+def adapter_merged(model):
+    """The adapter merged into the base weights for one generation round, unmerged again after it (even on error)."""
     import torch
 
-    if not can_merge(trainer):
-        return False
-    original = trl_seam(trainer, SINGLE_TURN_SEAM, "wraps to generate with the adapter merged")
-    model = trainer.accelerator.unwrap_model(trainer.model)
-
-    def merged(*args, **kwargs):
+    with torch.no_grad():
+        model.merge_adapter()
+    try:
+        yield
+    finally:
         with torch.no_grad():
-            model.merge_adapter()
-        try:
-            return original(*args, **kwargs)
-        finally:
-            with torch.no_grad():
-                model.unmerge_adapter()
-
-    setattr(trainer, SINGLE_TURN_SEAM, merged)
-    return True
+            model.unmerge_adapter()

@@ -1,6 +1,6 @@
 """Inside a step: which phase it is in (generating token k of N for the batch, training micro-batch i of n), so a
-step of several minutes on a CPU is not minutes of silence. Also the one place that wraps TRL's private
-generate-and-score method, for this display and for preflight's phase timing."""
+step of several minutes on a CPU is not minutes of silence. The phases come from the trainer class's listeners;
+preflight's clocks listen the same way."""
 
 from __future__ import annotations
 
@@ -9,43 +9,39 @@ from collections.abc import Callable
 
 from transformers import TrainerCallback
 
-from grpo_cli.errors import UserError
 
-GENERATION_SEAM = "_generate_and_score_completions"  # GRPOTrainer's private generate-and-score phase (trl 1.x)
-SINGLE_TURN_SEAM = "_generate_single_turn"  # its private call of the generation backend, once per round (trl 1.x)
+class PhaseListener:
+    """What the trainer class (recipe_trainer.py) tells its listeners about each step: the generate-and-score phase
+    starts and ends; inside it, each generation round (one call of the backend) starts and ends. A step may have
+    several rounds (zero-variance resampling, tool turns)."""
 
+    def generation_started(self) -> None:
+        pass
 
-def trl_seam(trainer, name: str, purpose: str) -> Callable:
-    """The trainer's private TRL method `name`; if an upgrade renamed it, say so at start-up, naming what grpo
-    uses it for, instead of silently doing without."""
-    method = getattr(trainer, name, None)
-    if not callable(method):
-        from importlib.metadata import version
+    def generation_ended(self) -> None:
+        pass
 
-        raise UserError(
-            f"the installed trl {version('trl')} has no GRPOTrainer.{name}, which grpo {purpose}; "
-            "install the trl range grpo supports: pip install 'trl>=1.16,<2'"
-        )
-    return method
+    def round_started(self) -> None:
+        pass
 
-
-def around_generation(trainer, on_start: Callable[[], None], on_end: Callable[[], None]) -> None:
-    """Call `on_start`/`on_end` around each generate-and-score phase of the trainer's steps.
-
-    The method is TRL's private one: if an upgrade renames it, say so at start-up instead of showing nothing."""
-    original = trl_seam(trainer, GENERATION_SEAM, "measures and shows the generation phase by")
-
-    def wrapped(*args, **kwargs):
-        on_start()
-        try:
-            return original(*args, **kwargs)
-        finally:
-            on_end()
-
-    setattr(trainer, GENERATION_SEAM, wrapped)
+    def round_ended(self) -> None:
+        pass
 
 
-class StepPhases(TrainerCallback):
+class GenerationClock(PhaseListener):
+    """Calls `on_start` and `on_end` around each generate-and-score phase (preflight's clocks and memory phases)."""
+
+    def __init__(self, on_start: Callable[[], None], on_end: Callable[[], None]):
+        self.on_start, self.on_end = on_start, on_end
+
+    def generation_started(self) -> None:
+        self.on_start()
+
+    def generation_ended(self) -> None:
+        self.on_end()
+
+
+class StepPhases(TrainerCallback, PhaseListener):
     """Feeds `show(text)` with the phase: a forward hook counts decode steps while generating (one model call per
     new token), the substep callbacks count micro-batches while training. A step may generate in several rounds
     (zero-variance resampling, tool turns): each round counts its tokens afresh and is named from the second on."""
@@ -58,7 +54,7 @@ class StepPhases(TrainerCallback):
         self.rows = batch
         self.calls = 0
         self.started = 0.0
-        self.round_started = 0.0
+        self.round_started_at = 0.0
         self.micro = 0
         self.generation_total = 0.0  # seconds spent generating since the last take
 
@@ -68,32 +64,28 @@ class StepPhases(TrainerCallback):
         return total
 
     def install(self, trainer) -> None:
-        around_generation(trainer, self._generation_start, self._generation_end)
-        single_turn = trl_seam(trainer, SINGLE_TURN_SEAM, "counts the generation rounds of a step by")
-
-        def one_round(*args, **kwargs):
-            self.rounds, self.calls, self.decoding = self.rounds + 1, 0, True
-            self.round_started = time.perf_counter()
-            try:
-                return single_turn(*args, **kwargs)
-            finally:
-                self.decoding = False
-
-        setattr(trainer, SINGLE_TURN_SEAM, one_round)
+        trainer.add_phase_listener(self)
         model = trainer.model
         causal_lm = model.get_base_model() if hasattr(model, "get_base_model") else model  # what generate() calls
         causal_lm.register_forward_hook(self._forward)
         trainer.add_callback(self)
 
-    def _generation_start(self) -> None:
+    def generation_started(self) -> None:
         self.generating, self.rounds, self.started = True, 0, time.perf_counter()
         self.show(f"generating {self.batch} completions...")
 
-    def _generation_end(self) -> None:
+    def generation_ended(self) -> None:
         self.generating, self.micro = False, 0
         seconds = time.perf_counter() - self.started
         self.generation_total += seconds
         self.show(f"generated in {seconds:.0f} s; training micro-batch 1/{self.micro_batches}")
+
+    def round_started(self) -> None:
+        self.rounds, self.calls, self.decoding = self.rounds + 1, 0, True
+        self.round_started_at = time.perf_counter()
+
+    def round_ended(self) -> None:
+        self.decoding = False
 
     def _forward(self, module, args, output) -> None:
         if not (self.generating and self.decoding):
@@ -103,7 +95,7 @@ class StepPhases(TrainerCallback):
             logits = getattr(output, "logits", None)
             self.rows = logits.shape[0] if logits is not None else self.batch
         if self.calls > 1 and (self.calls % 8 == 0 or self.calls == 2):
-            elapsed = time.perf_counter() - self.round_started
+            elapsed = time.perf_counter() - self.round_started_at
             name = f" (round {self.rounds})" if self.rounds > 1 else ""
             self.show(
                 f"generating {self.rows} completions{name}: token {self.calls - 1}/{self.budget} "

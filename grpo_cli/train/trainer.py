@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from grpo_cli.quiet import quiet_libraries
-from grpo_cli.recipe.schema import GRPOSection, Recipe
+from grpo_cli.recipe.schema import Recipe
 
 
 def build_trainer(
@@ -18,15 +18,17 @@ def build_trainer(
 
     from grpo_cli import data, models
     from grpo_cli.recipe.grpo_config import grpo_config_kwargs
+    from grpo_cli.train import trl_seams
+    from grpo_cli.train.recipe_trainer import RecipeTrainer
 
     quiet_libraries()
+    trl_seams.check()  # before anything loads: a TRL without a name grpo relies on stops here, named
     tokenizer = tokenizer or models.load_tokenizer(recipe)
     tools, environment_factory = _tools(recipe, tokenizer)
     prepared = data.prepare(recipe.data, tokenizer, seed=recipe.training.seed, tools=tools)
     prepared.check_enough(recipe)  # before the model loads: too few usable rows for one step is refused here
     on_cpu, mixed = _precision_here(recipe)
-    trainer_class, trainer_options = _trainer_class(recipe.grpo)
-    trainer = trainer_class(
+    trainer = RecipeTrainer(
         model=_load_model(recipe, on_cpu, mixed),
         reward_funcs=guarded_rewards(recipe) if reward_funcs is None else reward_funcs,
         args=GRPOConfig(**grpo_config_kwargs(recipe, run_dir, on_cpu=on_cpu, mixed=mixed)),
@@ -36,9 +38,10 @@ def build_trainer(
         callbacks=callbacks,
         tools=tools,
         environment_factory=environment_factory,
-        **trainer_options,
+        mixed_precision=mixed,
+        zero_variance_mode=recipe.grpo.zero_variance_groups,
+        zero_variance_rounds=recipe.grpo.zero_variance_rounds,
     )
-    _faster_generation(trainer, mixed)
     # With tqdm off (grpo_config.py) the Trainer prints each raw log dict; our display and metrics file replace it.
     trainer.remove_callback(PrinterCallback)
     return trainer, prepared
@@ -60,34 +63,10 @@ def _load_model(recipe: Recipe, on_cpu: bool, mixed: str):
     from grpo_cli.train.frozen_weights import planned_dtype
 
     if on_cpu:
-        from grpo_cli.cpu_memory import narrow_head_tiles
+        from grpo_cli.train.trl_seams import narrow_head_tiles
 
-        narrow_head_tiles()  # the plan's CPU head term assumes it (plan/memory.py, CPU_VOCAB_CHUNK_SIZE)
+        narrow_head_tiles()
     return models.load_model(recipe, planned_dtype(recipe, mixed))
-
-
-def _trainer_class(grpo: GRPOSection) -> tuple[type, dict]:
-    """TRL's GRPOTrainer, or the subclass that skips or resamples zero-variance groups, with the options it takes."""
-    from trl import GRPOTrainer
-
-    from grpo_cli.train import zero_variance
-
-    if grpo.zero_variance_groups == "keep":
-        return GRPOTrainer, {}
-    zero_variance.check_seams()
-    return zero_variance.ZeroVarianceTrainer, {
-        "zero_variance_mode": grpo.zero_variance_groups,
-        "zero_variance_rounds": grpo.zero_variance_rounds,
-    }
-
-
-def _faster_generation(trainer, mixed: str) -> None:
-    """Under autocast: frozen weights in the autocast dtype, generation unmerged; else (float32) generation with the
-    LoRA adapter merged. Each leaves the runs it does not apply to unchanged."""
-    from grpo_cli.train import frozen_weights, merged_generation
-
-    if frozen_weights.narrow(trainer, mixed) is None:
-        merged_generation.install(trainer)
 
 
 def _tools(recipe: Recipe, tokenizer) -> tuple[list | None, object | None]:

@@ -1,0 +1,141 @@
+"""The one trainer class: TRL's GRPOTrainer with each seam grpo needs overridden once, here, in plain sight.
+
+- `_generate_single_turn` (one generation round): runs inside the generation context chosen at construction (frozen
+  weights under autocast, or the LoRA adapter merged, or nothing), pushes trained weights into a CPU vLLM engine once
+  per step, and tells the phase listeners when the round starts and ends.
+- `_generate_and_score_completions` (the step's generation phase): tells the listeners, then skips or resamples
+  groups whose completions all scored the same (`grpo.zero_variance_groups`).
+- `_calculate_rewards`: keeps the gathered rewards for that decision.
+The loss, the optimizer and every log-prob stay TRL's. The private names used are listed and checked in
+trl_seams.py; build_trainer (trainer.py) is the only place that constructs this class.
+"""
+
+from __future__ import annotations
+
+from contextlib import nullcontext
+
+from trl import GRPOTrainer
+
+from grpo_cli.train import trl_seams, zero_variance
+from grpo_cli.train.phases import PhaseListener
+
+
+class RecipeTrainer(GRPOTrainer):
+    """GRPOTrainer for one recipe. Extra options: `mixed_precision` (the recipe's, resolved for this machine: picks
+    the generation context), `zero_variance_mode` (keep | skip | resample) and `zero_variance_rounds`."""
+
+    def __init__(
+        self,
+        *args,
+        mixed_precision: str = "no",
+        zero_variance_mode: str = "keep",
+        zero_variance_rounds: int = 2,
+        **kwargs,
+    ):
+        super().__init__(*args, **kwargs)
+        trl_seams.check_instance(self)
+        self.zero_variance_mode = zero_variance_mode
+        self.zero_variance_rounds = zero_variance_rounds
+        self.phase_listeners: list[PhaseListener] = []
+        self._gathered_rewards = None
+        self.generation_context = self._choose_generation_context(mixed_precision)
+        self._cpu_vllm = self.use_vllm and self.accelerator.device.type == "cpu"
+
+    def add_phase_listener(self, listener: PhaseListener) -> None:
+        self.phase_listeners.append(listener)
+
+    def _choose_generation_context(self, mixed_precision: str):
+        """A factory of the context each generation round runs in: frozen weights cast once to the autocast dtype
+        and generation under autocast (frozen_weights.py); else, in float32, the adapter merged while sampling
+        (merged_generation.py); else nothing. Casting happens here, once."""
+        from grpo_cli.train import frozen_weights, merged_generation
+
+        model = self.accelerator.unwrap_model(self.model)
+        dtype = frozen_weights.narrow(self, mixed_precision)
+        if dtype is not None:
+            return lambda: frozen_weights.generating_under_autocast(model, dtype)
+        if merged_generation.can_merge(self):
+            return lambda: merged_generation.adapter_merged(model)
+        return nullcontext
+
+    def _generate_single_turn(self, *args, **kwargs):
+        for listener in self.phase_listeners:
+            listener.round_started()
+        try:
+            if self._cpu_vllm and self.state.global_step != self._last_loaded_step:
+                from grpo_cli.train.vllm_sync import sync_cpu_engine
+
+                sync_cpu_engine(self.vllm_generation)
+                self._last_loaded_step = self.state.global_step  # TRL's own sync then sees nothing to do
+            with self.generation_context():
+                return super()._generate_single_turn(*args, **kwargs)
+        finally:
+            for listener in self.phase_listeners:
+                listener.round_ended()
+
+    def _calculate_rewards(self, *args, **kwargs):
+        rewards_per_func = super()._calculate_rewards(*args, **kwargs)
+        self._gathered_rewards = rewards_per_func  # every process's rows, in the order advantages are computed
+        return rewards_per_func
+
+    def _generate_and_score_completions(self, inputs):
+        for listener in self.phase_listeners:
+            listener.generation_started()
+        try:
+            output = super()._generate_and_score_completions(inputs)
+            if self.zero_variance_mode == "keep" or not self.model.training:
+                return output
+            return self._without_flat_groups(output)
+        finally:
+            for listener in self.phase_listeners:
+                listener.generation_ended()
+
+    def _without_flat_groups(self, output: dict) -> dict:
+        """Skip, or first resample, the groups whose completions all scored the same (zero_variance.py)."""
+        zero_variance.check_output(output)
+        keep, flat_groups = self._informative_rows(output)
+        rounds = 0
+        resample = self.zero_variance_mode == "resample"
+        while (
+            resample
+            and not keep.all()
+            and rounds < self.zero_variance_rounds
+            and zero_variance.can_replace_rows(output)
+        ):
+            rounds += 1
+            output, keep = self._replace_flat_groups(output, keep)
+        if resample and not keep.all() and rounds == self.zero_variance_rounds:
+            print(
+                f"zero-variance groups: {int((~keep).sum()) // self.num_generations} still flat after "
+                f"{rounds} extra generation round(s) (grpo.zero_variance_rounds); skipping them",
+                flush=True,
+            )
+        metrics = self._metrics["train"]
+        metrics["zero_variance/groups_flat"].append(float(flat_groups))
+        metrics["zero_variance/groups_skipped"].append(float((~keep).sum()) / self.num_generations)
+        metrics["zero_variance/extra_rounds"].append(float(rounds))
+        if keep.all():
+            return output
+        return zero_variance.skip_rows(output, keep, self.args.steps_per_generation == 1, self.accelerator.gather)
+
+    def _informative_rows(self, output: dict):
+        advantages = output["advantages"]
+        return zero_variance.informative_rows(
+            self._gathered_rewards,
+            self.reward_weights,
+            self.num_generations,
+            len(advantages),
+            self.accelerator.process_index,
+            advantages.device,
+        )
+
+    def _replace_flat_groups(self, output: dict, keep):
+        """Generate groups for as many fresh prompts as there are flat groups; their informative groups replace
+        flat ones (one process only: the recipe refuses resample with several)."""
+        import torch
+
+        g = self.num_generations
+        prompts = torch.randint(len(self.train_dataset), (int((~keep).sum()) // g,)).tolist()
+        fresh = super()._generate_and_score_completions([self.train_dataset[i] for i in prompts for _ in range(g)])
+        fresh_keep, _ = self._informative_rows(fresh)
+        return zero_variance.replace_rows(output, fresh, keep, fresh_keep, self.processing_class.pad_token_id)
