@@ -145,6 +145,25 @@ def test_a_run_that_never_saved_starts_again_either_way(tmp_path, tiny_llama):
             shutil.rmtree(checkpoint)
 
 
+def test_another_recipes_damaged_run_is_kept_and_refused(tmp_path, tiny_llama):
+    """A folder holding another recipe's run whose only checkpoint is damaged: nothing in it is deleted or rewritten."""
+    run = tmp_path / "run"
+    checkpoint = run / "checkpoint-2"
+    checkpoint.mkdir(parents=True)
+    header = json.dumps({"lora_A": {"dtype": "F32", "shape": [100], "data_offsets": [0, 400]}}).encode()
+    (checkpoint / "adapter_model.safetensors").write_bytes(len(header).to_bytes(8, "little") + header + bytes(100))
+    (checkpoint / "trainer_state.json").write_text(json.dumps({"global_step": 2}))
+    (checkpoint / "optimizer.pt").write_bytes(b"state")
+    write_jsonl([{"step": 1, "reward": 0.25}, {"step": 2, "reward": 0.5}], run / "metrics.jsonl")
+    (run / "recipe.yaml").write_text(f"model: {{name: {tiny_llama}}}\ndata: {{source: generated}}\n")
+    before = {p: p.read_bytes() for p in run.rglob("*") if p.is_file()}
+
+    recipe = write_recipe(tmp_path, tiny_llama)
+    for args in ([], ["--resume"]):
+        fails_cleanly(train(recipe, *args), str(run), "another recipe", "checkpoint-2", "cut short", "name=")
+    assert {p: p.read_bytes() for p in run.rglob("*") if p.is_file()} == before
+
+
 # ---------------------------------------------------------------- data that cannot train or score
 
 

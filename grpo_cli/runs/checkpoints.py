@@ -118,6 +118,7 @@ def prepare_run_dir(recipe: Recipe, resume: bool) -> RunStart:
         return RunStart(checkpoint, notes + [f"resuming from {checkpoint.name}", *_record_changes(recipe, checkpoint)])
     if run_dir.is_dir() and any(run_dir.iterdir()):
         # An earlier attempt stopped before its first whole checkpoint: nothing in it can be resumed.
+        _refuse_losing_another_run(recipe, run_dir, notes)
         for leftover in [*checkpoints(run_dir), *(run_dir / f for f in (METRICS_FILE, SAMPLES_FILE))]:
             shutil.rmtree(leftover) if leftover.is_dir() else leftover.unlink(missing_ok=True)
         notes.append(f"{run_dir} holds no whole checkpoint from an earlier attempt: starting from step 0")
@@ -131,6 +132,34 @@ def prepare_run_dir(recipe: Recipe, resume: bool) -> RunStart:
             f"cannot write the run directory {run_dir}: {exc.strerror or exc}", path="training.output_dir"
         ) from None
     return RunStart(None, notes)
+
+
+def _refuse_losing_another_run(recipe: Recipe, run_dir: Path, skipped: list[str]) -> None:
+    """Starting again deletes what an earlier attempt left (damaged checkpoints, metrics): only when that attempt ran
+    this same recipe. Another recipe's run is kept for its owner to repair, move or delete."""
+    metrics = run_dir / METRICS_FILE
+    recorded = checkpoints(run_dir) or (metrics.is_file() and metrics.stat().st_size > 0)
+    if not recorded:
+        return
+    try:
+        saved = _saved_recipe(run_dir)
+    except (OSError, UnicodeDecodeError, yaml.YAMLError):
+        saved = "unreadable"
+    now = yaml.safe_load(yaml.safe_dump(_resolved(recipe), sort_keys=False))
+    if saved == now:
+        return
+    if isinstance(saved, dict):
+        keys = [key for key, _, _ in _differences(saved, now)]
+        whose = f"another recipe (it differs in {', '.join(keys[:3])}{' and more' if len(keys) > 3 else ''})"
+    else:
+        whose = f"a recipe whose {RECIPE_FILE} is {'missing' if saved is None else 'unreadable'}"
+    damaged = f" ({skipped[0].removeprefix('skipped ')})" if skipped else f", only its {METRICS_FILE}"
+    raise UserError(
+        f"{run_dir} holds a run of {whose} with no whole checkpoint{damaged}; it is left as it is: train into "
+        "another directory (training.output_dir=runs/new_name or name=new_name), or move or delete "
+        f"{run_dir} to start again there",
+        path="training.output_dir",
+    )
 
 
 def _check_location(run_dir: Path) -> None:
