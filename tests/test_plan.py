@@ -7,7 +7,7 @@ import sys
 import pytest
 from typer.testing import CliRunner
 
-from conftest import ROOT, write_recipe
+from conftest import ROOT, fails_cleanly, write_recipe
 from grpo_cli.cli import app
 from grpo_cli.plan import architectures
 from grpo_cli.plan.memory import GIB, memory_plan
@@ -180,6 +180,25 @@ def test_plan_reads_the_architecture_from_a_gguf_header(tmp_path, monkeypatch):
     path.write_bytes(path.read_bytes()[:40])  # a cut file: one line, not a traceback
     result = runner.invoke(app, ["plan", str(recipe)])
     assert result.exit_code == 2 and "cannot read the architecture" in result.output
+
+
+def test_plan_refuses_flags_it_would_misread_or_drop():
+    """Zero memory, an unknown device, and two flags of which one would go unused: one line each."""
+    recipe = str(ROOT / "recipes/qwen2.5/1.5b_full.yaml")  # names its GPU: hardware.gpu A100-40GB
+
+    def plan(*args):
+        return runner.invoke(app, ["plan", recipe, *args])
+
+    fails_cleanly(plan("--gpu", "0GB"), "`0GB` is zero", "--gpu 24GB")
+    fails_cleanly(plan("--device", "tpu"), "--device 'tpu'", "cuda, cpu")
+    fails_cleanly(plan("--gpu", "24GB", "--device", "cpu"), "--gpu and --device cpu disagree", "drop --gpu")
+    fails_cleanly(plan("--gpu", "24GB", "--ram", "64GB"), "--ram is for a CPU plan", "drop --ram")
+    fails_cleanly(plan("--device", "cuda", "--ram", "64GB"), "--ram is for a CPU plan")
+    fails_cleanly(plan("--device", "cpu", "--ram", "0GB"), "--ram '0GB'")
+    on_ram = json.loads(plan("--ram", "64GB", "--json").stdout)  # --ram alone: the CPU run, over the recipe's GPU
+    assert on_ram["device"] == "cpu" and on_ram["gpu_gib"] == 64
+    on_gpu = json.loads(plan("--device", "CUDA", "--json").stdout)
+    assert on_gpu["device"] == "cuda" and on_gpu["gpu"] == "A100-40GB"
 
 
 def test_suggestions_only_name_recipe_fields():

@@ -86,7 +86,7 @@ def plan(
         str | None,
         typer.Option(
             "--device",
-            help="cuda or cpu (default: cuda when a GPU is given "
+            help="cuda or cpu (default: cpu with --ram, cuda when a GPU is given "
             "or present, else cpu, planned as peak RSS against RAM).",
         ),
     ] = None,

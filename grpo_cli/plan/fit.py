@@ -9,7 +9,7 @@ from typing import Any
 from grpo_cli.plan import architectures
 from grpo_cli.plan.architectures import Architecture
 from grpo_cli.plan.data_lengths import DataLengths, read_data_lengths
-from grpo_cli.plan.gpus import gpu_for, has_nvidia_gpu, ram_for
+from grpo_cli.plan.gpus import gpu_for, has_nvidia_gpu, plan_device, ram_for
 from grpo_cli.plan.memory import Plan, memory_plan
 from grpo_cli.recipe.schema import Recipe
 
@@ -29,8 +29,9 @@ class PlanResult:
 def plan_recipe(recipe: Recipe, gpu: str | None, device: str | None, ram: str | None = None) -> PlanResult:
     """The plan on the GPU named by `--gpu` or the recipe, or on the CPU against `--ram` (default: this machine's),
     for the recipe's data and at its limits; the suggestions when it does not fit."""
+    device = plan_device(device, gpu, ram)
     arch = architectures.resolve(recipe)
-    gpu_label, gpu_bytes = gpu_for(recipe, gpu)
+    gpu_label, gpu_bytes = gpu_for(recipe, gpu) if device != "cpu" else (None, None)
     device = device or ("cuda" if gpu_bytes or has_nvidia_gpu() else "cpu")
     if device == "cpu":
         gpu_label, gpu_bytes = ram_for(ram)

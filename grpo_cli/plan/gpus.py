@@ -30,6 +30,10 @@ GPUS: dict[str, float] = {
 }
 
 
+# What `grpo plan --device` plans for: CUDA memory against the GPU's, or peak RSS against RAM.
+DEVICES = ("cuda", "cpu")
+
+
 def _key(name: str) -> str:
     return re.sub(r"[^a-z0-9]", "", name.lower())
 
@@ -37,8 +41,12 @@ def _key(name: str) -> str:
 def gpu_memory_bytes(spec: str) -> tuple[str, float]:
     """`16GB`, `24 GiB`, `80` or a name from the table -> (label, bytes)."""
     number = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*(gib|gb|g)?\s*", spec.lower())
-    if number:
+    if number and float(number.group(1)) > 0:
         return f"{number.group(1)} GiB", float(number.group(1)) * 2**30
+    if number:
+        raise UserError(
+            f"GPU memory `{spec}` is zero; give the GPU's memory (e.g. --gpu 24GB) or its name", path="hardware.gpu"
+        )
     wanted = _key(spec)
     for name, gib in GPUS.items():
         if (
@@ -59,6 +67,25 @@ def gpu_for(recipe, flag: str | None) -> tuple[str | None, float | None]:
     return gpu_memory_bytes(spec) if spec else (None, None)
 
 
+def plan_device(device: str | None, gpu_flag: str | None, ram_flag: str | None) -> str | None:
+    """The device `--device` names, checked against `--gpu` and `--ram` (one of them would be dropped silently);
+    None: decide by the GPU (given or present)."""
+    if device is not None and device.lower() not in DEVICES:
+        raise UserError(f"--device {device!r}: give one of {', '.join(DEVICES)}")
+    device = device.lower() if device else ("cpu" if ram_flag and not gpu_flag else None)
+    if device == "cpu" and gpu_flag:
+        raise UserError(
+            "--gpu and --device cpu disagree: a CPU run is planned against RAM (--ram); drop --gpu for the CPU plan, "
+            "or --device cpu for the GPU's"
+        )
+    if ram_flag and (device == "cuda" or gpu_flag):
+        raise UserError(
+            "--ram is for a CPU plan (--device cpu, without --gpu); a GPU plan is checked against the GPU's memory: "
+            "drop --ram"
+        )
+    return device
+
+
 def has_nvidia_gpu() -> bool:
     """A CUDA GPU on this machine, told without importing torch (plan stays light): its driver is loaded."""
     import os
@@ -72,7 +99,7 @@ def ram_for(flag: str | None) -> tuple[str, float]:
 
     if flag:
         number = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*(gib|gb|g)?\s*", flag.lower())
-        if not number:
+        if not number or float(number.group(1)) <= 0:
             raise UserError(f"--ram {flag!r}: give the memory as a number of GiB, e.g. --ram 24GB")
         return f"{number.group(1)} GiB of RAM", float(number.group(1)) * 2**30
     total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
