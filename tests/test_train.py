@@ -41,6 +41,15 @@ def assert_finished_with_finite_loss(recipe, result, metrics):
     assert (result.run_dir / "recipe.yaml").exists() and (result.run_dir / "samples.jsonl").exists()
 
 
+def assert_reference_is_the_starting_policy(metrics: list[dict]) -> None:
+    """KL against the reference is zero while the policy is still the model it started as (step 1 generates and
+    scores before any update), and grows once the policy has moved: a reference that is the starting model."""
+    kl = [m["kl"] for m in metrics]
+    assert all(k is not None and math.isfinite(k) for k in kl), kl
+    assert abs(kl[0]) < 1e-6, kl
+    assert max(kl[1:]) > 1e-6, kl
+
+
 def changed(before: dict[str, torch.Tensor], after: dict[str, torch.Tensor]) -> list[str]:
     return [k for k in before if k in after and not torch.equal(before[k].float(), after[k].float())]
 
@@ -48,7 +57,7 @@ def changed(before: dict[str, torch.Tensor], after: dict[str, torch.Tensor]) -> 
 def test_full_finetune_with_reference_model_and_grpo_loss(tmp_path, tiny_llama):
     recipe, result, metrics = run(tmp_path, tiny_llama, grpo={"beta": 0.1, "loss_type": "grpo"})
     assert_finished_with_finite_loss(recipe, result, metrics)
-    assert all(m["kl"] is not None and math.isfinite(m["kl"]) for m in metrics)  # a reference model was used
+    assert_reference_is_the_starting_policy(metrics)
     before = load_file(tiny_llama / "model.safetensors")
     after = load_file(result.final_dir / "model.safetensors")
     assert changed(before, after), "no weight changed in full fine-tuning"
@@ -89,7 +98,7 @@ def test_lora_with_beta_uses_disabled_adapter_as_reference(tmp_path, tiny_llama)
         tmp_path, tiny_llama, lora={"r": 4, "dropout": 0.0}, grpo={"beta": 0.05, "loss_type": "cispo"}
     )
     assert_finished_with_finite_loss(recipe, result, metrics)
-    assert all(m["kl"] is not None for m in metrics)
+    assert_reference_is_the_starting_policy(metrics)  # the base with the adapter off: LoRA B starts at zero
 
 
 def test_qlora_with_8bit_adamw(tmp_path, tiny_llama):

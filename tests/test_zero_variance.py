@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import json
+import math
 
 import torch
 from typer.testing import CliRunner
 
 from conftest import write_recipe
 from grpo_cli.cli import app
-from grpo_cli.train.zero_variance import zero_variance_groups
+from grpo_cli.train.zero_variance import skip_rows, zero_variance_groups
 
 runner = CliRunner()
 
@@ -83,8 +84,38 @@ def test_groups_with_variance_still_train(tmp_path, tiny_llama):
     assert all(torch.isfinite(torch.tensor(m["loss"])) for m in metrics)
 
 
+def flat_and_informative_output() -> tuple[dict, torch.Tensor]:
+    """What TRL's generate-and-score returns for two groups of 2 rows, the first group flat."""
+    output = {
+        "prompt_ids": torch.tensor([[1, 2], [1, 2], [3, 4], [3, 4]]),
+        "completion_ids": torch.tensor([[5, 6, 0], [5, 7, 8], [9, 0, 0], [9, 9, 0]]),
+        "completion_mask": torch.tensor([[1, 1, 0], [1, 1, 1], [1, 0, 0], [1, 1, 0]]),
+        "advantages": torch.tensor([0.0, 0.0, -1.0, 1.0]),
+        "num_items_in_batch": torch.tensor(10),
+    }
+    return output, torch.tensor([False, False, True, True])
+
+
+def test_several_micro_batches_mask_the_flat_rows_instead_of_dropping_them():
+    """A generation batch split over micro-batches keeps its rows (the split is TRL's); the flat group's tokens
+    leave the loss and its token count."""
+    output, keep = flat_and_informative_output()
+    skipped = skip_rows(dict(output), keep, one_micro_batch=False, gather=lambda x: x)
+    assert skipped["completion_ids"].shape[0] == 4
+    assert skipped["completion_mask"].tolist() == [[0, 0, 0], [0, 0, 0], [1, 0, 0], [1, 1, 0]]
+    assert int(skipped["num_items_in_batch"]) == 3
+
+
+def test_one_micro_batch_drops_the_flat_rows():
+    output, keep = flat_and_informative_output()
+    skipped = skip_rows(dict(output), keep, one_micro_batch=True, gather=lambda x: x)
+    assert skipped["completion_ids"].tolist() == [[9, 0, 0], [9, 9, 0]]
+    assert skipped["advantages"].tolist() == [-1.0, 1.0] and int(skipped["num_items_in_batch"]) == 3
+
+
 def test_micro_batches_of_one_generation_batch_are_masked(tmp_path, tiny_llama):
-    """Several micro-batches per generation: rows are masked instead of dropped, and training still works."""
+    """Several micro-batches per generation, some groups flat: a real run finishes, skips groups, and learns from
+    the others."""
     (tmp_path / "my_rewards.py").write_text(REWARDS)
     recipe = write_recipe(
         tmp_path,
@@ -102,7 +133,11 @@ def test_micro_batches_of_one_generation_batch_are_masked(tmp_path, tiny_llama):
     result = runner.invoke(app, ["train", str(recipe)])
     assert result.exit_code == 0, result.output
     metrics = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
-    assert len(metrics) == 2 and all("zero_variance/groups_skipped" in m for m in metrics)
+    assert len(metrics) == 2 and all(math.isfinite(m["loss"]) for m in metrics)
+    skipped = [m["zero_variance/groups_skipped"] for m in metrics]
+    assert 0 < sum(skipped) < 8, skipped  # some of the 2 x 4 groups flat, some not
+    weights = trainable(tmp_path / "run")
+    assert any(torch.count_nonzero(t) > 0 for name, t in weights.items() if "lora_B" in name)
 
 
 def test_resample_fills_the_batch_with_informative_groups(tmp_path, tiny_llama):
