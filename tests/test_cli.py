@@ -24,6 +24,9 @@ def test_every_shipped_recipe_validates_and_opens_with_its_command(recipe):
     first_line = recipe.read_text().splitlines()[0]
     assert first_line.startswith("# grpo train recipes/"), first_line
     assert str(recipe.relative_to(ROOT)) in first_line
+    # A shipped recipe speaks to users who have the package, not this repository's folders beside it.
+    text = recipe.read_text()
+    assert "shared/" not in text and "benchmarks/models" not in text
 
 
 def test_shipped_recipes_cover_methods_and_loss_types():
