@@ -1,4 +1,5 @@
-"""Errors a user can act on. Library code raises these; only cli.py prints them."""
+"""Errors a user can act on. Library code raises these; only the cli/ package prints them (cli/parts.py turns each
+into one line and an exit code)."""
 
 from __future__ import annotations
 

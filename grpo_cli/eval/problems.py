@@ -15,7 +15,8 @@ from grpo_cli.recipe.schema import Recipe
 from grpo_cli.recipe.sources import GENERATED
 from rewards.answers import gsm8k_gold, to_number
 
-# Seeds for `generated` data: evaluation problems must not be the training problems (data.py uses seed 0).
+# Seeds for `generated` data: evaluation problems must not be the training problems, which data.prepare draws with
+# the recipe's training.seed (trainer.py).
 GENERATED_TEST_SEED, GENERATED_FEWSHOT_SEED = 7919, 0
 
 

@@ -42,8 +42,9 @@ SCORING_TEMPORARIES = 3.0
 # Activation bytes per token per decoder layer: (c_h x h + c_f x f + c_kv x kv) x w, plus c_h32 x h x 4 B that are
 # float32 whatever the weights (RMSNorm computes in float32 and keeps its input and output for the backward).
 # Without checkpointing every layer keeps these for backward; with it only one layer at a time does (plus the
-# h-sized layer input of every layer). FITTED (benchmarks/memory_fit.py, largest |error| 9.5% over 24 CPU
-# configurations) on Llama- and Qwen2-shaped models with SDPA, bf16 and float32 weights.
+# h-sized layer input of every layer). FITTED by benchmarks/memory_fit.py on the CPU configurations of
+# benchmarks/memory_calibration.csv (Llama- and Qwen2-shaped models, SDPA, bf16 and float32 weights); its output
+# and docs/plan.md give the error.
 ACT_HIDDEN = 5.5
 ACT_FFN = 2.0
 ACT_KV = 1.0
@@ -56,8 +57,8 @@ ALLOCATOR_SLACK = 0.10
 # with torch, transformers, peft and TRL imported is 0.38-0.43 GiB of it; tokenizer, data, libraries' buffers and
 # what the allocator keeps of large freed blocks the rest) and the allocator's overhead in proportion to the tensors.
 # FITTED (benchmarks/memory_fit.py: the pair whose plan-based figure has the smallest largest error, an
-# under-estimate counting twice) on the eight configurations of benchmarks/cpu_memory.py with grpo's allocator
-# (mimalloc) and the three whole `grpo train` runs of benchmarks/plan_for_data.py, 135M and 0.5B: from -3.3% to +6.7%.
+# under-estimate counting twice) on the configurations of benchmarks/cpu_memory.py with grpo's allocator (mimalloc)
+# and the whole `grpo train` runs of benchmarks/plan_for_data.py; docs/plan.md gives the resulting error.
 CPU_RUNTIME_GIB = 0.69
 CPU_RSS_PER_TENSOR_BYTE = 1.05
 
