@@ -42,6 +42,15 @@ def cross_field_problems(recipe: Recipe) -> list[tuple[KeyPath, str]]:
         )
     if training.warmup_steps and training.warmup_ratio:
         out.append((("training", "warmup_steps"), "set warmup_steps or warmup_ratio, not both"))
+    alone = [name for name in ("none", "all") if name in training.report_to]
+    if alone and len(training.report_to) > 1:  # transformers reads them only alone, else refuses them as trackers
+        out.append(
+            (
+                ("training", "report_to"),
+                f"`{alone[0]}` stands alone (none: no tracker; all: every one installed); give it alone, or list "
+                "only trackers",
+            )
+        )
     if recipe.trl.get("generation_batch_size") and recipe.trl.get("steps_per_generation"):
         out.append((("trl", "generation_batch_size"), "set generation_batch_size or steps_per_generation, not both"))
     out += _batch_problems(recipe)

@@ -37,6 +37,27 @@ Scheduler = Literal[
     "linear", "cosine", "cosine_with_restarts", "polynomial", "constant", "constant_with_warmup", "cosine_with_min_lr"
 ]
 
+# `training.report_to`: the trackers transformers reports to (`transformers.integrations.INTEGRATION_TO_CALLBACK`,
+# kept equal by a test so validation needs no torch), `none` for none and `all` for every one installed.
+Tracker = Literal[
+    "none",
+    "all",
+    "azure_ml",
+    "clearml",
+    "codecarbon",
+    "comet_ml",
+    "dagshub",
+    "dvclive",
+    "flyte",
+    "kubeflow",
+    "mlflow",
+    "neptune",
+    "swanlab",
+    "tensorboard",
+    "trackio",
+    "wandb",
+]
+
 DEFAULT_SYSTEM_PROMPT = "Respond in the following format:\n<reasoning>\n...\n</reasoning>\n<answer>\n...\n</answer>"
 
 
@@ -176,7 +197,10 @@ class TrainingSection(Section):
     logging_steps: int = Field(1, ge=1)
     save_steps: int = Field(100, ge=1)
     save_total_limit: int | None = Field(2, ge=1)
-    report_to: Names = Field(default_factory=lambda: ["none"], description="none, tensorboard, wandb, ...")
+    report_to: Annotated[list[Tracker], BeforeValidator(lambda v: [v] if isinstance(v, str) else v)] = Field(
+        default_factory=lambda: ["none"],
+        description="Trackers to log to (tensorboard, trackio, wandb, ...); none, or all that are installed.",
+    )
     log_completions: int = Field(4, ge=0, description="Sample completions saved per logging step.")
 
 

@@ -7,6 +7,26 @@ import importlib.util
 from grpo_cli.errors import UserError
 from grpo_cli.recipe.schema import Recipe
 
+# What each `training.report_to` tracker imports (any one of them will do) and how to get it; transformers would
+# raise inside the Trainer, after the model loaded. kubeflow is no package: transformers reports to it only inside a
+# Kubeflow TrainJob.
+TRACKER_MODULES: dict[str, tuple[tuple[str, ...], str]] = {
+    "azure_ml": (("azureml",), "pip install azureml-sdk"),
+    "clearml": (("clearml",), "pip install clearml"),
+    "codecarbon": (("codecarbon",), "pip install codecarbon"),
+    "comet_ml": (("comet_ml",), "pip install comet-ml"),
+    "dagshub": (("dagshub",), "pip install dagshub mlflow"),
+    "dvclive": (("dvclive",), "pip install dvclive"),
+    "flyte": (("flytekit",), "pip install flytekit"),
+    "kubeflow": ((), "run inside a Kubeflow TrainJob (KUBEFLOW_TRAINER_SERVER_URL set)"),
+    "mlflow": (("mlflow",), "pip install mlflow"),
+    "neptune": (("neptune",), "pip install neptune"),
+    "swanlab": (("swanlab",), "pip install swanlab"),
+    "tensorboard": (("tensorboard", "tensorboardX"), "pip install tensorboard"),
+    "trackio": (("trackio",), "pip install trackio"),
+    "wandb": (("wandb",), "pip install wandb"),
+}
+
 
 def check_runtime(recipe: Recipe) -> None:
     """Settings that need hardware or packages this machine may lack: one clear line instead of a crash in TRL."""
@@ -27,3 +47,25 @@ def check_runtime(recipe: Recipe) -> None:
         )
     if recipe.model.dtype == "bfloat16" and cuda and not torch.cuda.is_bf16_supported():
         raise UserError("this GPU has no bfloat16; set model.dtype=float16 (or float32)", path="model.dtype")
+    check_trackers(recipe.training.report_to)
+
+
+def check_trackers(names: list[str]) -> None:
+    """Each tracker named in `training.report_to` can start here (`all` takes only those installed)."""
+    import os
+
+    for name in names:
+        if name in ("none", "all"):
+            continue
+        modules, fix = TRACKER_MODULES[name]
+        if not modules:
+            ready = os.getenv("KUBEFLOW_TRAINER_SERVER_URL") is not None
+        else:
+            ready = any(importlib.util.find_spec(module) is not None for module in modules)
+            if name == "dagshub":  # it logs through MLflow
+                ready = ready and importlib.util.find_spec("mlflow") is not None
+        if not ready:
+            what = "is not available here" if not modules else "is not installed"
+            raise UserError(
+                f"tracker {name} {what}: {fix}, or drop it from training.report_to", path="training.report_to"
+            )
