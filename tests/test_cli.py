@@ -51,6 +51,19 @@ def test_override_can_add_a_section_and_list_item(tmp_path):
     assert [r.name for r in recipe.rewards][-1] == "soft_format"
 
 
+def test_a_section_given_as_a_mapping_keeps_the_files_other_keys():
+    demo = ROOT / "recipes/demo.yaml"  # grpo: num_generations 8, max_completion_length 32, loss_type dapo
+    recipe = load_recipe(demo, ["grpo={beta: 0.1, temperature: 0.8}", "lora={r: 4}"])
+    assert (recipe.grpo.beta, recipe.grpo.temperature) == (0.1, 0.8)
+    assert (recipe.grpo.num_generations, recipe.grpo.max_completion_length, recipe.grpo.loss_type) == (8, 32, "dapo")
+    assert (recipe.lora.r, recipe.lora.alpha) == (4, 32)
+    reset = load_recipe(demo, ["grpo={}"])  # `{}` resets the section to its defaults
+    assert reset.grpo.max_completion_length == 256  # the schema's default, not the file's 32
+    # An error in the mapping is the command line's, not a line of the file's.
+    result = runner.invoke(app, ["validate", str(demo), "grpo={beta: high}"])
+    assert result.exit_code == 2 and "command line: grpo.beta:" in result.output, result.output
+
+
 def test_batch_error_proposes_fixes_that_validate(tmp_path):
     result = runner.invoke(app, ["validate", str(ROOT / "recipes/demo.yaml"), "training.per_device_train_batch_size=6"])
     assert result.exit_code == 2

@@ -141,7 +141,7 @@ def line_of(lines: dict[KeyPath, int], path: KeyPath) -> int | None:
 
 
 def parse_override(item: str) -> tuple[KeyPath, Any]:
-    """`training.max_steps=20` -> (("training", "max_steps"), 20); values are YAML scalars or flow lists."""
+    """`training.max_steps=20` -> (("training", "max_steps"), 20); values are YAML scalars, flow lists or mappings."""
     key, sep, raw = item.partition("=")
     key = key.strip()
     if not sep or not key or any(not part for part in key.split(".")):
@@ -165,9 +165,28 @@ def apply_overrides(data: dict[str, Any], overrides: list[str]) -> set[KeyPath]:
     written: set[KeyPath] = set()
     for item in overrides:
         path, value = parse_override(item)
-        set_at(data, path, value, item)
-        written.add(path)
+        # A mapping given for a section the file has changes the keys it names, as `grpo.beta=0.1` would; the
+        # file's other keys stay (replacing the section would drop them unseen). `{}` still resets the section.
+        for leaf, leaf_value in _merged(path, value, _at(data, path)):
+            set_at(data, leaf, leaf_value, item)
+            written.add(leaf)
     return written
+
+
+def _merged(path: KeyPath, value: Any, current: Any):
+    """(key path, value) pairs that write `value` at `path` over `current`, mapping into mapping, key by key."""
+    if not (isinstance(value, dict) and value and isinstance(current, dict)):
+        yield path, value
+        return
+    for key, sub in value.items():
+        key = str(key)
+        yield from _merged((*path, key), sub, current.get(key))
+
+
+def _at(data: Any, path: KeyPath) -> Any:
+    for part in path:
+        data = _child(data, part)
+    return data
 
 
 def apply_options(data: dict[str, Any], options: dict[str, Any]) -> set[KeyPath]:
