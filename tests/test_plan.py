@@ -201,6 +201,32 @@ def test_plan_refuses_flags_it_would_misread_or_drop():
     assert on_gpu["device"] == "cuda" and on_gpu["gpu"] == "A100-40GB"
 
 
+def test_a_budget_beyond_the_models_context_is_one_line(tmp_path, tiny_llama, monkeypatch):
+    """tiny_llama was built with 512 positions; the built-in table and config.json's RoPE scaling say theirs."""
+    recipe = write_recipe(tmp_path, tiny_llama)
+    line = fails_cleanly(runner.invoke(app, ["plan", str(recipe), "grpo.max_completion_length=600"]), "512 positions")
+    assert line.startswith("grpo.max_completion_length:") and "at most 512" in line, line
+    over = ["data.max_prompt_length=100", "grpo.max_completion_length=450"]
+    fails_cleanly(runner.invoke(app, ["plan", str(recipe), *over]), "+ 100 of prompt", "at most 412")
+    assert runner.invoke(app, ["plan", str(recipe), "data.max_prompt_length=100"]).exit_code == 0
+
+    import grpo_cli.models as models
+
+    def never(*args, **kwargs):
+        raise AssertionError("the model loaded before the budget was checked")
+
+    monkeypatch.setattr(models, "load_model", never)
+    fails_cleanly(runner.invoke(app, ["train", str(recipe), *over]), "+ 100 of prompt", "512 positions")
+    assert not (tmp_path / "run").exists()
+
+    qwen = str(ROOT / "recipes/qwen2.5/0.5b_lora.yaml")
+    fails_cleanly(runner.invoke(app, ["plan", qwen, "grpo.max_completion_length=40000"]), "32768 positions")
+    config = {"max_position_embeddings": 32768, "rope_scaling": {"rope_type": "yarn", "factor": 4.0}}
+    assert architectures._positions(config) == 131072
+    llama3 = {"rope_type": "llama3", "factor": 32.0, "original_max_position_embeddings": 8192}
+    assert architectures._positions({"max_position_embeddings": 131072, "rope_parameters": llama3}) == 131072
+
+
 def test_suggestions_only_name_recipe_fields():
     """A schema field renamed without its suggestion fails here, not silently in front of a user."""
     from grpo_cli.plan.fit import candidate_changes

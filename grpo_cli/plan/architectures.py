@@ -27,6 +27,7 @@ class Architecture:
     vocab_size: int
     tie_word_embeddings: bool
     qkv_bias: bool = False
+    max_position_embeddings: int | None = None  # the positions it was trained for (with RoPE scaling); None: unknown
 
     @property
     def q_dim(self) -> int:
@@ -71,24 +72,24 @@ class Architecture:
         return self.num_layers * sum(r * (i + o) for _, i, o in chosen)
 
 
-def _arch(name, h, layers, heads, kv, hd, ffn, vocab, tied, bias=False) -> Architecture:
-    return Architecture(name, h, layers, heads, kv, hd, ffn, vocab, tied, bias)
+def _arch(name, h, layers, heads, kv, hd, ffn, vocab, tied, bias=False, positions=None) -> Architecture:
+    return Architecture(name, h, layers, heads, kv, hd, ffn, vocab, tied, bias, positions)
 
 
 BUILTIN: dict[str, Architecture] = {
     a.name.lower(): a
     for a in [
-        _arch("Qwen/Qwen2.5-0.5B-Instruct", 896, 24, 14, 2, 64, 4864, 151936, True, True),
-        _arch("Qwen/Qwen2.5-Coder-0.5B-Instruct", 896, 24, 14, 2, 64, 4864, 151936, True, True),
-        _arch("Qwen/Qwen2.5-1.5B-Instruct", 1536, 28, 12, 2, 128, 8960, 151936, True, True),
-        _arch("Qwen/Qwen2.5-3B-Instruct", 2048, 36, 16, 2, 128, 11008, 151936, True, True),
-        _arch("Qwen/Qwen2.5-7B-Instruct", 3584, 28, 28, 4, 128, 18944, 152064, False, True),
-        _arch("Qwen/Qwen2.5-14B-Instruct", 5120, 48, 40, 8, 128, 13824, 152064, False, True),
-        _arch("Qwen/Qwen3-0.6B", 1024, 28, 16, 8, 128, 3072, 151936, True),
-        _arch("meta-llama/Llama-3.2-1B-Instruct", 2048, 16, 32, 8, 64, 8192, 128256, True),
-        _arch("meta-llama/Llama-3.2-3B-Instruct", 3072, 28, 24, 8, 128, 8192, 128256, True),
-        _arch("meta-llama/Llama-3.1-8B-Instruct", 4096, 32, 32, 8, 128, 14336, 128256, False),
-        _arch("HuggingFaceTB/SmolLM2-135M-Instruct", 576, 30, 9, 3, 64, 1536, 49152, True),
+        _arch("Qwen/Qwen2.5-0.5B-Instruct", 896, 24, 14, 2, 64, 4864, 151936, True, True, 32768),
+        _arch("Qwen/Qwen2.5-Coder-0.5B-Instruct", 896, 24, 14, 2, 64, 4864, 151936, True, True, 32768),
+        _arch("Qwen/Qwen2.5-1.5B-Instruct", 1536, 28, 12, 2, 128, 8960, 151936, True, True, 32768),
+        _arch("Qwen/Qwen2.5-3B-Instruct", 2048, 36, 16, 2, 128, 11008, 151936, True, True, 32768),
+        _arch("Qwen/Qwen2.5-7B-Instruct", 3584, 28, 28, 4, 128, 18944, 152064, False, True, 32768),
+        _arch("Qwen/Qwen2.5-14B-Instruct", 5120, 48, 40, 8, 128, 13824, 152064, False, True, 32768),
+        _arch("Qwen/Qwen3-0.6B", 1024, 28, 16, 8, 128, 3072, 151936, True, False, 40960),
+        _arch("meta-llama/Llama-3.2-1B-Instruct", 2048, 16, 32, 8, 64, 8192, 128256, True, False, 131072),
+        _arch("meta-llama/Llama-3.2-3B-Instruct", 3072, 28, 24, 8, 128, 8192, 128256, True, False, 131072),
+        _arch("meta-llama/Llama-3.1-8B-Instruct", 4096, 32, 32, 8, 128, 14336, 128256, False, False, 131072),
+        _arch("HuggingFaceTB/SmolLM2-135M-Instruct", 576, 30, 9, 3, 64, 1536, 49152, True, False, 8192),
     ]
 }
 # Base (non-instruct) checkpoints share their instruct sibling's shape.
@@ -111,6 +112,34 @@ def from_config(config: dict[str, Any], name: str) -> Architecture:
         vocab_size=config["vocab_size"],
         tie_word_embeddings=bool(config.get("tie_word_embeddings", False)),
         qkv_bias=bool(config.get("attention_bias", config.get("model_type") == "qwen2")),
+        max_position_embeddings=_positions(config),
+    )
+
+
+def _positions(config: dict[str, Any]) -> int | None:
+    """The context the model was trained for; RoPE scaling that stretches it (linear, dynamic, YaRN) counted."""
+    base = config.get("max_position_embeddings")
+    if not isinstance(base, int):
+        return None
+    rope = config.get("rope_scaling") or config.get("rope_parameters")
+    rope = rope if isinstance(rope, dict) else {}
+    factor = rope.get("factor")
+    if rope.get("rope_type", rope.get("type")) in ("linear", "dynamic", "yarn") and isinstance(factor, (int, float)):
+        return max(base, int((rope.get("original_max_position_embeddings") or base) * factor))
+    return base
+
+
+def check_context(recipe, arch: Architecture) -> None:
+    """A prompt and completion budget beyond the positions the model was trained for: one line, before any run."""
+    limit = arch.max_position_embeddings
+    prompt, budget = recipe.data.max_prompt_length or 0, recipe.grpo.max_completion_length
+    if limit is None or prompt + budget <= limit:
+        return
+    plus = f" + {prompt} of prompt (data.max_prompt_length)" if prompt else ""
+    raise UserError(
+        f"{budget} completion tokens{plus} exceed the {limit} positions {arch.name} was trained for "
+        f"(max_position_embeddings); lower it to at most {max(1, limit - prompt)}",
+        path="grpo.max_completion_length",
     )
 
 

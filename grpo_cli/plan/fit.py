@@ -31,6 +31,7 @@ def plan_recipe(recipe: Recipe, gpu: str | None, device: str | None, ram: str | 
     for the recipe's data and at its limits; the suggestions when it does not fit."""
     device = plan_device(device, gpu, ram)
     arch = architectures.resolve(recipe)
+    architectures.check_context(recipe, arch)
     gpu_label, gpu_bytes = gpu_for(recipe, gpu) if device != "cpu" else (None, None)
     device = device or ("cuda" if gpu_bytes or has_nvidia_gpu() else "cpu")
     if device == "cpu":

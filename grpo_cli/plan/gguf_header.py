@@ -71,6 +71,7 @@ def architecture_fields(path: Path) -> dict[str, Any]:
             vocab_size=meta.get(f"{arch}.vocab_size") or meta["tokenizer.ggml.tokens"],
             tie_word_embeddings="output.weight" not in shapes,
             qkv_bias="blk.0.attn_q.bias" in shapes,
+            max_position_embeddings=meta.get(f"{arch}.context_length"),
         )
     except KeyError as exc:
         raise GGUFError(f"the header has no {exc.args[0]} (architecture {arch!r})") from None

@@ -79,6 +79,7 @@ def run_preflight(
 
     gpu_label, gpu_bytes = gpu_for(recipe, gpu_spec)
     arch = architectures.resolve(recipe)
+    architectures.check_context(recipe, arch)
     started = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="grpo-preflight-") as tmp:
         work = Path(tmp)

@@ -22,6 +22,7 @@ class ArchitectureSection(Section):
     vocab_size: int = Field(ge=1)
     tie_word_embeddings: bool = False
     qkv_bias: bool = False
+    max_position_embeddings: int | None = Field(None, ge=1, description="Context length it was trained for.")
 
 
 class HardwareSection(Section):
