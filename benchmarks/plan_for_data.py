@@ -153,7 +153,7 @@ def timing(repeats: int = 3) -> str:
     import shutil
     import statistics
 
-    from grpo_cli.gguf import cache_root
+    from grpo_cli.files import cache_root
 
     lines = [
         f"# python benchmarks/plan_for_data.py --timing, {time.strftime('%Y-%m-%d')}",

@@ -12,6 +12,12 @@ from typing import Any
 from grpo_cli.errors import UserError
 
 
+def cache_root() -> Path:
+    """The tool's own cache (converted .gguf models, tokenizer classes, prompt lengths): GRPO_CACHE, else
+    ~/.cache/grpo. Nothing a user wrote lives there."""
+    return Path(os.environ.get("GRPO_CACHE", Path.home() / ".cache" / "grpo"))
+
+
 def check_writable_file(path: Path, force: bool = False, flag: str = "--force") -> None:
     """`path` can be written as a new file (or replaced with `force`): its folder exists and is writable, it is not
     a directory. Checked before any slow work, so a mistake costs nothing."""

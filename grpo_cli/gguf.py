@@ -5,12 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from grpo_cli.errors import UserError
-
-
-def cache_root() -> Path:
-    import os
-
-    return Path(os.environ.get("GRPO_CACHE", Path.home() / ".cache" / "grpo"))
+from grpo_cli.files import cache_root
 
 
 def converted_dir(gguf: Path) -> Path:

@@ -46,7 +46,8 @@ def tokenizer_without_weights(recipe):
     takes minutes); its tokenizer is read from the file once and kept beside the converted models."""
     from transformers import AutoTokenizer
 
-    from grpo_cli.gguf import cache_root, converted_dir
+    from grpo_cli.files import cache_root
+    from grpo_cli.gguf import converted_dir
 
     location = recipe.model.tokenizer or model_location(recipe.model.name)
     if not location.endswith(".gguf"):

@@ -119,6 +119,6 @@ def _file_identity(path: str) -> str:
 
 
 def _cache_file(key: str) -> Path:
-    from grpo_cli.gguf import cache_root
+    from grpo_cli.files import cache_root
 
     return cache_root() / "prompt-lengths" / f"{key}.json"

@@ -19,7 +19,8 @@ from grpo_cli.recipe.sources import model_location
 
 def light_tokenizer(recipe):
     """The recipe's tokenizer from a local folder, without torch, or None (see the module docstring)."""
-    from grpo_cli.gguf import cache_root, converted_dir
+    from grpo_cli.files import cache_root
+    from grpo_cli.gguf import converted_dir
 
     if recipe.model.trust_remote_code:
         return None
@@ -68,7 +69,7 @@ def folder_identity(folder: Path) -> str:
 
 
 def _classes_file() -> Path:
-    from grpo_cli.gguf import cache_root
+    from grpo_cli.files import cache_root
 
     return cache_root() / "tokenizer-classes.json"
 
