@@ -133,9 +133,10 @@ class PreparedData:
             )
 
 
-def prepare(data: DataSection, tokenizer=None, seed: int = 0, tools: list | None = None) -> PreparedData:
-    """Rows -> {prompt, answer, question}; shuffle, limit, keep short solutions, drop prompts over max_prompt_length
-    (measured with the `tools` the template renders into every prompt)."""
+def select_rows(data: DataSection, seed: int = 0):
+    """The rows training uses, before prompts are built: shuffled and limited as the recipe says (rows past
+    data.limit stay held out), short solutions kept, unusable rows left out; returns them and the count left out by
+    reason."""
     rows = load_rows(data.source, data.config, data.split, data.limit, seed)
     missing = [c for c in (data.prompt_column, data.answer_column) if c and c not in rows.column_names]
     if missing:
@@ -163,6 +164,13 @@ def prepare(data: DataSection, tokenizer=None, seed: int = 0, tools: list | None
             + (f" and a numeric answer in `{data.answer_column}`" if data.answer_column else ""),
             path="data.source",
         )
+    return rows, unusable
+
+
+def prepare(data: DataSection, tokenizer=None, seed: int = 0, tools: list | None = None) -> PreparedData:
+    """Rows -> {prompt, answer, question}; shuffle, limit, keep short solutions, drop prompts over max_prompt_length
+    (measured with the `tools` the template renders into every prompt)."""
+    rows, unusable = select_rows(data, seed)
 
     def to_example(row: dict[str, Any]) -> dict[str, Any]:
         example = {

@@ -16,6 +16,7 @@ from grpo_cli.recipe.eval_section import EvalSection
 from grpo_cli.recipe.machine import ArchitectureSection, DistributedSection, HardwareSection
 from grpo_cli.recipe.section import Section
 from grpo_cli.recipe.user_code import EnvironmentSpec, RewardSpec, ToolSpec
+from grpo_cli.recipe.warmup_section import WarmupSection
 
 Dtype = Literal["bfloat16", "float16", "float32"]
 # YAML reads a bare `no` as false
@@ -100,6 +101,9 @@ class LoraSection(Section):
     )
     bias: Literal["none", "all", "lora_only"] = "none"
     use_rslora: bool = False
+    adapter: str | None = Field(
+        None, description="Start from this PEFT adapter (folder or hub id) trained on model.name with this r and alpha."
+    )
 
 
 class QuantizationSection(Section):
@@ -219,6 +223,7 @@ class Recipe(Section):
         description="A class whose reset(**row) starts each rollout "
         "and whose public methods are tools (TRL's environment_factory).",
     )
+    warmup: WarmupSection | None = Field(None, description="Supervised fine-tuning before GRPO (TRL's SFTTrainer).")
     grpo: GRPOSection = Field(default_factory=GRPOSection)
     training: TrainingSection = Field(default_factory=TrainingSection)
     eval: EvalSection = Field(default_factory=EvalSection)

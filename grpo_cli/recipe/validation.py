@@ -15,6 +15,7 @@ from grpo_cli.recipe.checks import path_problems, reward_problems, trl_problems
 from grpo_cli.recipe.cross_field import cross_field_problems
 from grpo_cli.recipe.schema import Recipe
 from grpo_cli.recipe.tool_checks import tool_problems
+from grpo_cli.recipe.warmup_checks import adapter_problems, warmup_file_problems
 from grpo_cli.recipe.yaml_source import (
     COMMAND_LINE,
     KeyPath,
@@ -79,6 +80,8 @@ def load_recipe(
             (("rewards",), "required key is missing: training needs at least one reward, e.g. rewards: [correctness]")
         )
     found += cross_field_problems(recipe)
+    if "data" in reads:  # the files training reads first: examples for the warm-up, the adapter to start from
+        found += warmup_file_problems(recipe) + adapter_problems(recipe)
     if "trl" in reads and recipe.trl and not found:
         found += trl_problems(recipe)
     if found:

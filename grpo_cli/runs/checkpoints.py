@@ -19,6 +19,7 @@ from grpo_cli.runs.layout import (
     RECIPE_CHANGES_FILE,
     RECIPE_FILE,
     SAMPLES_FILE,
+    WARMUP_DIR,
     checkpoint_step,
     checkpoints,
 )
@@ -77,7 +78,7 @@ def newest_complete(run_dir: Path) -> tuple[Path | None, list[str]]:
 
 
 # Resuming restores weights and optimizer states shaped by these: a checkpoint cannot follow a change to them.
-SHAPE_KEYS = ("model.name", "lora", "lora.r", "lora.target_modules", "quantization", "quantization.bits")
+SHAPE_KEYS = ("model.name", "lora", "lora.r", "lora.target_modules", "quantization", "quantization.bits", "warmup")
 
 
 @dataclass
@@ -100,15 +101,21 @@ def prepare_run_dir(recipe: Recipe, resume: bool) -> RunStart:
         )
     checkpoint, notes = newest_complete(run_dir) if run_dir.is_dir() else (None, [])
     finished = (run_dir / FINAL_DIR).is_dir()
-    if checkpoint is not None or finished:
+    warmed = checkpoint is None and not finished and warmup_resumable(run_dir)
+    if checkpoint is not None or finished or warmed:
         if not resume:
             what = checkpoint.name if checkpoint is not None else f"a finished model in {FINAL_DIR}/"
+            what = f"a warm-up in {WARMUP_DIR}/" if warmed else what
             raise UserError(
                 f"{run_dir} already holds a run ({what}); continue it with --resume, or choose another "
                 "directory (training.output_dir=runs/new_name or name=new_name)",
                 path="training.output_dir",
             )
         _refuse_shape_change(recipe, run_dir)
+        if warmed:  # GRPO has no whole checkpoint: the warm-up continues (or is done), GRPO starts from step 0
+            _remove(_grpo_leftovers(run_dir))
+            write_resolved_recipe(recipe, run_dir / RECIPE_FILE)
+            return RunStart(None, notes)
         if checkpoint is None:
             raise UserError(
                 f"{run_dir} holds a finished run and no checkpoint to continue; raise training.max_steps "
@@ -119,8 +126,8 @@ def prepare_run_dir(recipe: Recipe, resume: bool) -> RunStart:
     if run_dir.is_dir() and any(run_dir.iterdir()):
         # An earlier attempt stopped before its first whole checkpoint: nothing in it can be resumed.
         _refuse_losing_another_run(recipe, run_dir, notes)
-        for leftover in [*checkpoints(run_dir), *(run_dir / f for f in (METRICS_FILE, SAMPLES_FILE))]:
-            shutil.rmtree(leftover) if leftover.is_dir() else leftover.unlink(missing_ok=True)
+        # without --resume an unfinished warm-up (its sampled examples, no whole checkpoint) starts again too
+        _remove(_grpo_leftovers(run_dir) + ([] if resume else [run_dir / WARMUP_DIR]))
         notes.append(f"{run_dir} holds no whole checkpoint from an earlier attempt: starting from step 0")
     elif resume:
         notes.append(f"nothing to resume in {run_dir}: starting from step 0")
@@ -132,6 +139,24 @@ def prepare_run_dir(recipe: Recipe, resume: bool) -> RunStart:
             f"cannot write the run directory {run_dir}: {exc.strerror or exc}", path="training.output_dir"
         ) from None
     return RunStart(None, notes)
+
+
+def _grpo_leftovers(run_dir: Path) -> list[Path]:
+    return [*checkpoints(run_dir), *(run_dir / f for f in (METRICS_FILE, SAMPLES_FILE))]
+
+
+def _remove(paths: list[Path]) -> None:
+    for path in paths:
+        if path.is_dir():
+            shutil.rmtree(path)
+        else:
+            path.unlink(missing_ok=True)
+
+
+def warmup_resumable(run_dir: Path) -> bool:
+    """A warm-up (`warmup:`) that finished or saved a whole checkpoint: a run to continue, not to start again."""
+    warmup = run_dir / WARMUP_DIR
+    return warmup.is_dir() and ((warmup / FINAL_DIR).is_dir() or newest_complete(warmup)[0] is not None)
 
 
 def _refuse_losing_another_run(recipe: Recipe, run_dir: Path, skipped: list[str]) -> None:

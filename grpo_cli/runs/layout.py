@@ -19,6 +19,11 @@ ACCELERATE_CONFIG_FILE = "accelerate_config.yaml"  # generated for several proce
 RANK_RECIPE_FILE = "launch_recipe.yaml"  # the resolved recipe (file + overrides) every launched rank loads
 TRL_LOGS_DIR = "runs"  # TRL's TensorBoard logs, when training.report_to names it
 CHECKPOINT = re.compile(r"^checkpoint-(\d+)$")
+# The warm-up before GRPO (`warmup:`): a run directory of its own inside the run (RECIPE_FILE, METRICS_FILE,
+# checkpoints, FINAL_DIR), so `grpo eval --run RUN/warmup` and `grpo report RUN/warmup` read it like any run.
+WARMUP_DIR = "warmup"
+WARMUP_EXAMPLES_FILE = "examples.jsonl"  # the examples it trains on, as the trainer reads them
+WARMUP_SOURCE_FILE = "source.json"  # where they came from and how many: rows, prompts, samples, kept
 
 # An evaluation folder (`grpo eval`), and the folder that compares two of them.
 PREDICTIONS_FILE = "predictions.jsonl"
@@ -39,6 +44,7 @@ OWN_NAMES = {
     TRL_LOGS_DIR,
     ACCELERATE_CONFIG_FILE,
     RANK_RECIPE_FILE,
+    WARMUP_DIR,
 }
 
 

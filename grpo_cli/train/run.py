@@ -45,10 +45,12 @@ def train(recipe: Recipe, resume: bool = False, console: Console | None = None) 
     from grpo_cli.recipe.precision import precision_label
     from grpo_cli.train.callbacks import InterruptCallback
     from grpo_cli.train.distributed import process_rank
+    from grpo_cli.train.warmup import before_grpo, early_examples
 
     # Under `accelerate launch` every rank runs this; only rank 0 talks, and the launcher made the run directory.
     console = console or Console(stderr=True, quiet=process_rank() != 0)
     check_runtime(recipe)
+    early = early_examples(recipe, resume)  # a bad warm-up source is refused before anything is written
     checkpoint = _start(recipe, resume, console)
     reward_funcs = guarded_rewards(recipe, warn=lambda line: console.print(line, style="yellow", highlight=False))
     console.print(
@@ -57,8 +59,13 @@ def train(recipe: Recipe, resume: bool = False, console: Console | None = None) 
     )
     for line in ram_warning(recipe):
         console.print(line, style="yellow", highlight=False, soft_wrap=True)
+    start = before_grpo(recipe, console, resume, early)
+    if start.interrupted:  # in the warm-up: its checkpoint holds the finished steps
+        return TrainResult(recipe.output_dir, 0, True, None, [])
     interrupt = InterruptCallback()
-    trainer, prepared = build_trainer(recipe, recipe.output_dir, [interrupt], reward_funcs)
+    trainer, prepared = build_trainer(
+        recipe, recipe.output_dir, [interrupt], reward_funcs, start_weights=start.final_dir
+    )
     for line in prepared.report(recipe):
         console.print(line, highlight=False)
     display = _watch(trainer, recipe, console, len(prepared.dataset), reward_funcs[0], checkpoint)

@@ -9,10 +9,16 @@ from grpo_cli.recipe.schema import Recipe
 
 
 def build_trainer(
-    recipe: Recipe, run_dir: Path, callbacks: list | None = None, reward_funcs: list | None = None, tokenizer=None
+    recipe: Recipe,
+    run_dir: Path,
+    callbacks: list | None = None,
+    reward_funcs: list | None = None,
+    tokenizer=None,
+    start_weights: Path | None = None,
 ):
     """The single, explicit mapping of a validated recipe onto TRL's GRPOTrainer. `tokenizer`: one the caller
-    loaded already, since a second copy stays resident beside the first (benchmarks/cpu_memory.txt)."""
+    loaded already, since a second copy stays resident beside the first (benchmarks/cpu_memory.txt);
+    `start_weights`: the adapter (or model) GRPO starts from, the warm-up's or lora.adapter's (start_weights.py)."""
     from transformers import PrinterCallback
     from trl import GRPOConfig
 
@@ -28,13 +34,19 @@ def build_trainer(
     prepared = data.prepare(recipe.data, tokenizer, seed=recipe.training.seed, tools=tools)
     prepared.check_enough(recipe)  # before the model loads: too few usable rows for one step is refused here
     on_cpu, mixed = _precision_here(recipe)
+    model = _load_model(recipe, on_cpu, mixed)
+    peft_config = models.lora_config(recipe) if recipe.lora is not None else None
+    if start_weights is not None:  # the same adapter keeps training: TRL takes the PEFT model as it is
+        from grpo_cli.train.start_weights import start_from
+
+        model, peft_config = start_from(model, start_weights, recipe), None
     trainer = RecipeTrainer(
-        model=_load_model(recipe, on_cpu, mixed),
+        model=model,
         reward_funcs=guarded_rewards(recipe) if reward_funcs is None else reward_funcs,
         args=GRPOConfig(**grpo_config_kwargs(recipe, run_dir, on_cpu=on_cpu, mixed=mixed)),
         train_dataset=prepared.dataset,
         processing_class=tokenizer,
-        peft_config=models.lora_config(recipe) if recipe.lora is not None else None,
+        peft_config=peft_config,
         callbacks=callbacks,
         tools=tools,
         environment_factory=environment_factory,

@@ -1,0 +1,242 @@
+"""The warm-up before GRPO: TRL's SFTTrainer on the recipe's model, LoRA/QLoRA settings and precision, the loss on
+the completion tokens only. It keeps RUN/warmup/ as a run directory of its own (recipe, examples and where they came
+from, metrics, checkpoints, final/); an interrupted warm-up continues from its checkpoint with --resume, and a
+finished one is never redone: GRPO starts from its final/ weights."""
+
+from __future__ import annotations
+
+import gc
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+
+from grpo_cli.errors import UserError
+from grpo_cli.recipe.schema import Recipe
+from grpo_cli.recipe.warmup_section import SELF
+from grpo_cli.runs.layout import FINAL_DIR, RECIPE_FILE, WARMUP_DIR, WARMUP_EXAMPLES_FILE, WARMUP_SOURCE_FILE
+from grpo_cli.train.warmup_examples import WarmupExamples, training_examples
+
+# What decides which examples the warm-up trains on: examples kept from an earlier attempt are reused only while
+# these are unchanged.
+EXAMPLE_KEYS = ("source", "config", "split", "count", "samples_per_prompt", "reward", "min_reward")
+
+
+@dataclass
+class WarmupOutcome:
+    final_dir: Path | None  # the weights GRPO starts from; None when interrupted
+    interrupted: bool
+
+
+def warmup_dir(recipe: Recipe) -> Path:
+    return recipe.output_dir / WARMUP_DIR
+
+
+def before_grpo(recipe: Recipe, console: Console, resume: bool, early: WarmupExamples | None) -> WarmupOutcome:
+    """What GRPO starts from: the warm-up's weights (trained now unless finished earlier), else the adapter
+    lora.adapter names, else the recipe's model as it is (final_dir None)."""
+    from grpo_cli.train.start_weights import named_adapter
+
+    if recipe.warmup is not None:
+        return run_warmup(recipe, console, resume, early)
+    return WarmupOutcome(named_adapter(recipe), False)
+
+
+def early_examples(recipe: Recipe, resume: bool) -> WarmupExamples | None:
+    """The examples of a file, hub dataset or the reference solutions, read before the run directory is written, so
+    a bad source is refused with nothing written. None when there is nothing to read now: no warm-up, sampled
+    examples (`self` needs the model), a finished warm-up, or a resumed one that keeps the examples it started with."""
+    if recipe.warmup is None:
+        return None
+    folder = warmup_dir(recipe)
+    if (folder / FINAL_DIR).is_dir() or (resume and (folder / WARMUP_EXAMPLES_FILE).is_file()):
+        return None
+    return training_examples(recipe)
+
+
+def run_warmup(recipe: Recipe, console: Console, resume: bool, early: WarmupExamples | None) -> WarmupOutcome:
+    """The warm-up stage of `grpo train`: skipped when finished earlier, else trained (from its newest whole
+    checkpoint when there is one) and saved to RUN/warmup/final/."""
+    from grpo_cli import models
+    from grpo_cli.quiet import quiet_libraries
+    from grpo_cli.runs.checkpoints import newest_complete, write_resolved_recipe
+    from grpo_cli.train.start_weights import named_adapter, start_from
+    from grpo_cli.train.trainer import _load_model, _precision_here
+
+    folder = warmup_dir(recipe)
+    final = folder / FINAL_DIR
+    if final.is_dir():
+        console.print(
+            f"warm-up finished earlier ({_recorded(folder)}); GRPO starts from {final}", highlight=False, soft_wrap=True
+        )
+        return WarmupOutcome(final, False)
+    quiet_libraries()
+    folder.mkdir(parents=True, exist_ok=True)
+    write_resolved_recipe(recipe, folder / RECIPE_FILE)  # RUN/warmup reads as a run: grpo eval --run, grpo report
+    checkpoint, skipped = newest_complete(folder)
+    tokenizer = models.load_tokenizer(recipe)
+    on_cpu, mixed = _precision_here(recipe)
+    model = _load_model(recipe, on_cpu, mixed)
+    adapter = named_adapter(recipe)
+    if adapter is not None:
+        model = start_from(model, adapter, recipe)
+    examples = _examples(recipe, folder, checkpoint, early, lambda: _sample(recipe, model, tokenizer, mixed, console))
+    console.print(f"warm-up: {examples.describe()} -> {folder}", highlight=False, soft_wrap=True)
+    for line in skipped + ([f"warm-up: resuming from {checkpoint.name}"] if checkpoint else []):
+        console.print(line, highlight=False)
+    lora = models.lora_config(recipe) if recipe.lora is not None and adapter is None else None
+    interrupted = _train(recipe, folder, model, tokenizer, lora, examples, checkpoint, on_cpu, mixed, console)
+    model = None
+    gc.collect()  # the warm-up's trainer and model go before GRPO loads its own
+    return WarmupOutcome(None if interrupted else final, interrupted)
+
+
+def _sample(recipe: Recipe, model, tokenizer, mixed: str, console: Console) -> WarmupExamples:
+    from grpo_cli.train.warmup_sampling import sampled_examples
+
+    return sampled_examples(recipe, model, tokenizer, mixed, echo=lambda line: console.print(line, highlight=False))
+
+
+def _examples(recipe: Recipe, folder: Path, checkpoint, early, sample) -> WarmupExamples:
+    """The examples an earlier attempt kept (when what decides them is unchanged), else new ones, written down."""
+    settings = _example_settings(recipe)
+    kept = folder / WARMUP_EXAMPLES_FILE
+    recorded = _read_json(folder / WARMUP_SOURCE_FILE)
+    if kept.is_file() and recorded.get("settings") == settings:
+        rows = [json.loads(line) for line in kept.read_text(encoding="utf-8").splitlines() if line.strip()]
+        return WarmupExamples(rows, {k: v for k, v in recorded.items() if k != "settings"})
+    if checkpoint is not None:
+        raise UserError(
+            f"{folder} holds a warm-up checkpoint trained on other examples (warmup source, count or data changed); "
+            "set them back to resume, or train into another directory",
+            path="warmup",
+        )
+    examples = early if early is not None else training_examples(recipe)
+    examples = examples if examples is not None else sample()
+    kept.write_text("".join(json.dumps(row) + "\n" for row in examples.rows), encoding="utf-8")
+    record = {**examples.source, "examples": len(examples.rows), "settings": settings}
+    (folder / WARMUP_SOURCE_FILE).write_text(json.dumps(record, indent=1), encoding="utf-8")
+    return examples
+
+
+def _example_settings(recipe: Recipe) -> dict[str, Any]:
+    warm = recipe.warmup.model_dump(mode="json")
+    return {
+        "warmup": {k: warm[k] for k in EXAMPLE_KEYS},
+        "data": recipe.data.model_dump(mode="json"),
+        "model": recipe.model.name if recipe.warmup.source == SELF else None,
+        "seed": recipe.training.seed,
+    }
+
+
+def _train(recipe, folder, model, tokenizer, lora, examples, checkpoint, on_cpu, mixed, console) -> bool:
+    """SFTTrainer over the examples under a progress display; True when Ctrl-C stopped it (a checkpoint saved)."""
+    import datasets
+    from transformers import PrinterCallback
+    from trl import SFTConfig, SFTTrainer
+
+    from grpo_cli.train.callbacks import InterruptCallback, MetricsCallback
+    from grpo_cli.train.display import TrainingDisplay
+
+    interrupt = InterruptCallback()
+    trainer = SFTTrainer(
+        model=model,
+        args=SFTConfig(**sft_config_kwargs(recipe, folder, on_cpu, mixed)),
+        train_dataset=datasets.Dataset.from_list(examples.rows),
+        processing_class=tokenizer,
+        peft_config=lora,
+        callbacks=[interrupt],
+    )
+    trainer.remove_callback(PrinterCallback)
+    steps = _total_steps(recipe, len(trainer.train_dataset))
+    done = int(checkpoint.name.rsplit("-", 1)[-1]) if checkpoint else 0
+    display = TrainingDisplay(console, steps, done)
+    trainer.add_callback(MetricsCallback(folder, 0, 0, None, on_metrics=display.update))
+    interrupt.install()
+    try:
+        with display:
+            trainer.train(resume_from_checkpoint=str(checkpoint) if checkpoint else None)
+    finally:
+        interrupt.uninstall()
+    if interrupt.requested:
+        console.print(
+            f"interrupted in the warm-up at step {trainer.state.global_step}; continue with: grpo train <recipe> "
+            "--resume"
+        )
+        return True
+    _save(trainer, tokenizer, folder / FINAL_DIR)
+    losses = [r["loss"] for r in display.history if r.get("loss") is not None]
+    shown = f", loss {losses[0]:.3g} -> {losses[-1]:.3g}" if losses else ""
+    console.print(f"warm-up finished: {trainer.state.global_step} steps{shown}; saved to {folder / FINAL_DIR}")
+    return False
+
+
+def sft_config_kwargs(recipe: Recipe, folder: Path, on_cpu: bool, mixed: str) -> dict[str, Any]:
+    """The recipe onto SFTConfig: the warm-up's own learning rate, length and batch; the training section's
+    optimizer, schedule, seed, logging and saving; the model section's precision and checkpointing."""
+    warm, training = recipe.warmup, recipe.training
+    return dict(
+        output_dir=str(folder),
+        use_cpu=on_cpu,
+        bf16=mixed == "bf16",
+        fp16=mixed == "fp16",
+        gradient_checkpointing=recipe.model.gradient_checkpointing,
+        trust_remote_code=recipe.model.trust_remote_code,
+        completion_only_loss=True,
+        max_length=warm.max_length,
+        learning_rate=warm.learning_rate_for(recipe.method),
+        num_train_epochs=warm.num_train_epochs,
+        max_steps=warm.max_steps,
+        per_device_train_batch_size=warm.per_device_train_batch_size,
+        gradient_accumulation_steps=warm.gradient_accumulation_steps,
+        lr_scheduler_type=training.lr_scheduler_type,
+        weight_decay=training.weight_decay,
+        max_grad_norm=training.max_grad_norm,
+        optim=training.optim,
+        seed=training.seed,
+        logging_steps=training.logging_steps,
+        save_strategy="steps",
+        save_steps=training.save_steps,
+        save_total_limit=training.save_total_limit,
+        report_to=training.report_to,
+        disable_tqdm=True,
+    )
+
+
+def _total_steps(recipe: Recipe, examples: int) -> int:
+    """Optimizer steps the warm-up takes over `examples` (for the progress display)."""
+    warm = recipe.warmup
+    if warm.max_steps > 0:
+        return warm.max_steps
+    per_epoch = max(
+        1, math.ceil(math.ceil(examples / warm.per_device_train_batch_size) / warm.gradient_accumulation_steps)
+    )
+    return math.ceil(per_epoch * warm.num_train_epochs)
+
+
+def _save(trainer, tokenizer, final: Path) -> None:
+    """The adapter (or model) and tokenizer, written beside final/ and moved into place whole: final/ is what says
+    the warm-up is finished."""
+    import shutil
+
+    staging = final.with_name(final.name + ".partial")
+    shutil.rmtree(staging, ignore_errors=True)
+    trainer.save_model(str(staging))
+    tokenizer.save_pretrained(str(staging))
+    staging.rename(final)
+
+
+def _recorded(folder: Path) -> str:
+    source = _read_json(folder / WARMUP_SOURCE_FILE)
+    return f"{source.get('examples', '?')} examples from {source.get('source', '?')}"
+
+
+def _read_json(path: Path) -> dict:
+    try:
+        value = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return value if isinstance(value, dict) else {}

@@ -1,0 +1,138 @@
+"""The warm-up's examples, as TRL's SFTTrainer reads prompt-completion pairs: from a file or hub dataset, or from the
+recipe's own training rows with their reference solutions rendered in the asked answer format. (Examples sampled
+from the model itself: warmup_sampling.py.)"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+from grpo_cli.errors import UserError
+from grpo_cli.recipe.schema import DataSection, Recipe
+from grpo_cli.recipe.warmup_section import REFERENCE, SELF, WarmupSection
+
+# GSM8K's calculator annotations (`<<48/2=24>>`): tool traces of the annotators, not text a model should learn.
+CALCULATOR = re.compile(r"<<[^<>]*>>")
+KEY = "warmup.source"
+
+
+@dataclass
+class WarmupExamples:
+    rows: list[dict[str, Any]]  # {"prompt", "completion"}: chat messages or plain text
+    source: dict[str, Any] = field(default_factory=dict)  # what RUN/warmup/source.json records
+
+    def describe(self) -> str:
+        """One line: how many examples, from where."""
+        s = self.source
+        if s.get("source") == SELF:
+            return (
+                f"{len(self.rows)} examples kept of {s['samples']} completions sampled for {s['prompts']} training "
+                f"prompts ({s['per_prompt']} each; {s['reward']} >= {s['min_reward']:g}; the answer marker added to "
+                f"{s['marked']})"
+            )
+        if s.get("source") == REFERENCE:
+            held = f"; rows past data.limit {s['limit']} stay held out" if s.get("limit") else ""
+            return f"{len(self.rows)} examples: training rows with their reference solutions ({s['format']}){held}"
+        return f"{len(self.rows)} examples from {s.get('source')}"
+
+
+def training_examples(recipe: Recipe) -> WarmupExamples | None:
+    """The examples of a file, hub dataset or the reference solutions; None for `self` (it needs the model)."""
+    warm = recipe.warmup
+    if warm.source == SELF:
+        return None
+    if warm.source == REFERENCE:
+        return reference_examples(recipe.data, warm.count, recipe.training.seed)
+    return dataset_examples(warm)
+
+
+def dataset_examples(warm: WarmupSection) -> WarmupExamples:
+    """Rows with `messages` (the last assistant turn is the completion, the turns before it the prompt) or with
+    `prompt` and `completion`."""
+    from grpo_cli.data import load_rows
+
+    rows = load_rows(warm.source, warm.config, warm.split, key=KEY)
+    columns = rows.column_names
+    if len(rows) == 0:
+        raise UserError(f"{warm.source} holds no rows", path=KEY)
+    if "messages" in columns:
+        pairs = [_split_conversation(m) for m in rows["messages"]]
+    elif "prompt" in columns and "completion" in columns:
+        pairs = [_pair(p, c) for p, c in zip(rows["prompt"], rows["completion"])]
+    else:
+        raise UserError(
+            f"{warm.source} has no `messages` column and no `prompt` and `completion` columns (it has: "
+            f"{', '.join(columns) or 'none'})",
+            path=KEY,
+        )
+    usable = [p for p in pairs if p is not None]
+    if not usable:
+        what = "an assistant turn after a user turn" if "messages" in columns else "a non-empty prompt and completion"
+        raise UserError(f"no usable example in {warm.source}: each row needs {what}", path=KEY)
+    usable = usable[: warm.count] if warm.count else usable
+    return WarmupExamples(usable, {"source": warm.source, "rows": len(rows), "unusable": len(pairs) - len(usable)})
+
+
+def _split_conversation(messages: Any) -> dict[str, Any] | None:
+    if not isinstance(messages, list) or not all(isinstance(m, dict) and "role" in m for m in messages):
+        return None
+    last = max((i for i, m in enumerate(messages) if m["role"] == "assistant"), default=0)
+    if last == 0 or not str(messages[last].get("content") or "").strip():
+        return None
+    keep = ("role", "content")
+    return {
+        "prompt": [{k: m[k] for k in keep if k in m} for m in messages[:last]],
+        "completion": [{"role": "assistant", "content": messages[last]["content"]}],
+    }
+
+
+def _pair(prompt: Any, completion: Any) -> dict[str, Any] | None:
+    if isinstance(prompt, str) and isinstance(completion, str) and prompt.strip() and completion.strip():
+        return {"prompt": prompt, "completion": completion}
+    if isinstance(prompt, list) and isinstance(completion, list) and prompt and completion:
+        return {"prompt": prompt, "completion": completion}
+    return None
+
+
+def reference_examples(data: DataSection, count: int | None, seed: int) -> WarmupExamples:
+    """The first `count` training rows (those GRPO trains on: within data.limit, after its shuffle and filters), each
+    prompted as GRPO prompts it and answered with its reference solution in the asked format."""
+    from grpo_cli.data import build_prompt, select_rows
+
+    rows, _ = select_rows(data, seed)
+    rows = rows.select(range(min(count, len(rows)))) if count else rows
+    examples = [
+        {
+            "prompt": build_prompt(str(row[data.prompt_column]), data.system_prompt, data.chat),
+            "completion": as_completion(reference_solution(str(row[data.answer_column]), data), data.chat),
+        }
+        for row in rows
+    ]
+    fmt = "`#### <answer>`" if data.answer_marker == "hashes" else "`<answer>` tags"
+    return WarmupExamples(examples, {"source": REFERENCE, "rows": len(examples), "limit": data.limit, "format": fmt})
+
+
+def reference_solution(raw: str, data: DataSection) -> str:
+    """A reference answer written as the system prompt asks: GSM8K's worked solution (calculator notes dropped),
+    then the answer after `####` or inside <answer> (after a <reasoning> block when the prompt asks for one)."""
+    from grpo_cli.data import gold_answer
+
+    gold = gold_answer(raw, data.answer_format)
+    working = CALCULATOR.sub("", raw.split("####", 1)[0]).strip() if data.answer_format == "gsm8k" else ""
+    return with_marker(working, gold, data)
+
+
+def with_marker(text: str, gold: str, data: DataSection) -> str:
+    """`text` followed by the answer, marked as data.answer_marker asks."""
+    text = text.rstrip()
+    if data.answer_marker == "hashes":
+        return f"{text}\n#### {gold}" if text else f"#### {gold}"
+    answer = f"<answer>\n{gold}\n</answer>"
+    if "<reasoning>" in (data.system_prompt or "") and "<reasoning>" not in text:
+        return f"<reasoning>\n{text}\n</reasoning>\n{answer}"
+    return f"{text}\n{answer}" if text else answer
+
+
+def as_completion(text: str, chat: bool) -> Any:
+    return [{"role": "assistant", "content": text}] if chat else text

@@ -1,0 +1,137 @@
+"""Warm-up examples from the model itself (rejection sampling): k completions per training prompt, sampled as GRPO
+samples them; a completion is kept when the recipe's reward scores it right, with the asked answer marker added
+where the model left it out, so the warm-up teaches the format in the model's own words."""
+
+from __future__ import annotations
+
+from contextlib import nullcontext
+
+from grpo_cli.errors import UserError
+from grpo_cli.recipe.schema import Recipe
+from grpo_cli.recipe.warmup_section import SELF
+from grpo_cli.train.warmup_examples import WarmupExamples, as_completion, with_marker
+from rewards.answers import marked_answer
+
+# Completions per `generate` call: one batch's KV cache stays small beside the model.
+SAMPLE_BATCH = 32
+
+
+def sampled_examples(recipe: Recipe, model, tokenizer, mixed: str, echo=print) -> WarmupExamples:
+    """At most one kept completion per prompt (the first right one), for the first warmup.count training prompts."""
+    import torch
+
+    from grpo_cli.data import select_rows
+
+    warm, data = recipe.warmup, recipe.data
+    rows, _ = select_rows(data, recipe.training.seed)
+    rows = rows.select(range(min(warm.count, len(rows)))) if warm.count else rows
+    questions = [str(q) for q in rows[data.prompt_column]]
+    golds = [_gold(a, data) for a in rows[data.answer_column]]
+    reward = _reward(recipe)
+    k = warm.samples_per_prompt
+    per_call = max(1, SAMPLE_BATCH // k)
+    kept, marked = [], 0
+    torch.manual_seed(recipe.training.seed)
+    was_training = model.training
+    model.eval()
+    for start in range(0, len(questions), per_call):
+        chunk = list(range(start, min(start + per_call, len(questions))))
+        echo(f"warm-up: sampling prompts {start + 1}-{chunk[-1] + 1} of {len(questions)} ({k} completions each)")
+        prompts = [_prompt(questions[i], data) for i in chunk]
+        ids, texts = _generate(model, tokenizer, prompts, k, recipe, mixed)
+        columns = {"answer": [golds[i] for i in chunk], "question": [questions[i] for i in chunk]}
+        scores = _score(reward, prompts, texts, ids, columns, k, data.chat)
+        for n, prompt in enumerate(prompts):
+            right = [texts[n * k + j] for j in range(k) if _kept(scores[n * k + j], warm.min_reward)]
+            if not right:
+                continue
+            text = right[0]
+            if marked_answer(text, data.answer_marker) is None:
+                text, marked = with_marker(text, golds[chunk[n]], data), marked + 1
+            kept.append({"prompt": prompt, "completion": as_completion(text, data.chat)})
+    model.train(was_training)
+    source = {
+        "source": SELF,
+        "prompts": len(questions),
+        "per_prompt": k,
+        "samples": len(questions) * k,
+        "kept": len(kept),
+        "marked": marked,
+        "reward": warm.reward,
+        "min_reward": warm.min_reward,
+    }
+    if not kept:
+        raise UserError(
+            f"none of {len(questions) * k} completions sampled for {len(questions)} prompts scored "
+            f"{warm.reward} >= {warm.min_reward:g}: the model cannot teach itself here; use warmup.source: reference "
+            "or a file of examples, or raise warmup.samples_per_prompt",
+            path="warmup.source",
+        )
+    return WarmupExamples(kept, source)
+
+
+def _gold(raw, data) -> str:
+    from grpo_cli.data import gold_answer
+
+    return gold_answer(raw, data.answer_format)
+
+
+def _prompt(question: str, data):
+    from grpo_cli.data import build_prompt
+
+    return build_prompt(question, data.system_prompt, data.chat)
+
+
+def _reward(recipe: Recipe):
+    """The named reward of the recipe, behind the same guard as in training (time limit, bad return values)."""
+    from grpo_cli.train.reward_guard import GuardedReward
+    from rewards import resolve_rewards
+
+    spec = next(s for s in recipe.rewards if s.name == recipe.warmup.reward)
+    return GuardedReward(resolve_rewards([spec])[0], spec.timeout_s, label=spec.name)
+
+
+def _generate(model, tokenizer, prompts: list, k: int, recipe: Recipe, mixed: str):
+    """`k` sampled completions of each prompt, prompt by prompt: token ids (up to the end of sequence) and text."""
+    import torch
+
+    from grpo_cli.data import render_prompt
+
+    grpo = recipe.grpo
+    texts = [render_prompt(tokenizer, p) for p in prompts]
+    inputs = tokenizer(texts, return_tensors="pt", padding=True, add_special_tokens=False).to(model.device)
+    dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(mixed)
+    autocast = torch.autocast(model.device.type, dtype=dtype) if dtype is not None else nullcontext()
+    with torch.no_grad(), autocast:
+        out = model.generate(
+            **inputs,
+            do_sample=True,
+            temperature=grpo.temperature,
+            top_p=grpo.top_p,
+            top_k=grpo.top_k,
+            max_new_tokens=grpo.max_completion_length,
+            num_return_sequences=k,
+            pad_token_id=tokenizer.pad_token_id,
+        )
+    eos = tokenizer.eos_token_id
+    ids = [seq[: seq.index(eos) + 1] if eos in seq else seq for seq in out[:, inputs["input_ids"].shape[1] :].tolist()]
+    return ids, tokenizer.batch_decode(ids, skip_special_tokens=True)
+
+
+def _score(reward, prompts: list, texts: list, ids: list, columns: dict, k: int, chat: bool) -> list:
+    """The reward's score of every completion, with the dataset columns GRPO would pass it (answer, question)."""
+    from grpo_cli.train.reward_guard import RewardFailure
+
+    try:
+        return reward(
+            prompts=[p for p in prompts for _ in range(k)],
+            completions=[as_completion(t, chat) for t in texts],
+            completion_ids=ids,
+            **{name: [v for v in values for _ in range(k)] for name, values in columns.items()},
+        )
+    except RewardFailure as failure:
+        raise UserError(f"{failure} (while sampling the warm-up's examples)", path="warmup.reward") from None
+
+
+def _kept(score, threshold: float) -> bool:
+    return score is not None and score >= threshold

@@ -1,0 +1,254 @@
+"""The warm-up before GRPO (`warmup:`): real TRL SFTTrainer and GRPOTrainer runs on tiny models; GRPO starts from
+exactly the weights the warm-up ended with; the examples come from reference solutions, the model's own verified
+samples or a file; bad input is one line with nothing written."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file
+from transformers import TrainerCallback
+from typer.testing import CliRunner
+
+from conftest import ASSETS, fails_cleanly, write_jsonl, write_recipe
+from grpo_cli.cli import app
+from grpo_cli.recipe.validation import load_recipe
+from grpo_cli.train import run as run_module
+from grpo_cli.train.callbacks import InterruptCallback
+
+REWARDS = [{"name": f"{ASSETS / 'varied_rewards.py'}:digit_share"}, {"name": "correctness"}]
+LORA = {"r": 4, "alpha": 8, "dropout": 0.0}
+HASHES = {"source": "generated", "limit": 32, "system_prompt": "Answer briefly.", "answer_marker": "hashes"}
+WARMUP = {"source": "reference", "count": 8, "max_steps": 2, "max_length": 128, "learning_rate": 0.01}
+
+
+def recipe_file(tmp_path: Path, model_dir: Path, **sections) -> Path:
+    sections = {"rewards": REWARDS, "data": HASHES, "warmup": WARMUP, "lora": LORA, **sections}
+    return write_recipe(tmp_path, model_dir, **sections)
+
+
+def read_jsonl(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+
+
+class FirstStepWeights(TrainerCallback):
+    """The trainable weights as GRPO's first optimizer step begins (before it generates or updates anything)."""
+
+    def __init__(self):
+        self.weights: dict[str, torch.Tensor] | None = None
+
+    def on_step_begin(self, args, state, control, model=None, **kwargs):
+        if self.weights is None and state.global_step == 0:
+            self.weights = {n: p.detach().clone() for n, p in model.named_parameters() if p.requires_grad}
+
+
+def watch_first_step(monkeypatch) -> FirstStepWeights:
+    """Add the snapshot callback to the GRPO trainer `grpo train` builds."""
+    seen = FirstStepWeights()
+    build = run_module.build_trainer
+
+    def build_and_watch(*args, **kwargs):
+        trainer, prepared = build(*args, **kwargs)
+        trainer.add_callback(seen)
+        return trainer, prepared
+
+    monkeypatch.setattr(run_module, "build_trainer", build_and_watch)
+    return seen
+
+
+def test_reference_warmup_then_grpo_trains_the_same_adapter_from_where_it_ended(tmp_path, tiny_llama, monkeypatch):
+    seen = watch_first_step(monkeypatch)
+    recipe = load_recipe(recipe_file(tmp_path, tiny_llama))
+    result = run_module.train(recipe)
+    warm = result.run_dir / "warmup"
+
+    warm_metrics = read_jsonl(warm / "metrics.jsonl")
+    assert [m["step"] for m in warm_metrics] == [1, 2] and all(math.isfinite(m["loss"]) for m in warm_metrics)
+    examples = read_jsonl(warm / "examples.jsonl")
+    assert len(examples) == 8 and json.loads((warm / "source.json").read_text())["examples"] == 8
+    for example in examples:  # the worked solution without calculator notes, then GSM8K's marker
+        text = example["completion"][0]["content"]
+        assert "<<" not in text and text.splitlines()[-1].startswith("#### ")
+        assert example["prompt"][0] == {"role": "system", "content": "Answer briefly."}
+
+    adapter = load_file(warm / "final" / "adapter_model.safetensors")
+    assert any(v.abs().sum() > 0 for k, v in adapter.items() if "lora_B" in k), "the warm-up moved LoRA B off zero"
+    assert seen.weights, "GRPO ran a step"
+    started = {k.replace(".default", ""): v for k, v in seen.weights.items()}
+    assert set(started) == set(adapter), "GRPO trains the warm-up's adapter, no other weights"
+    for name, tensor in adapter.items():
+        assert torch.equal(started[name], tensor), name
+
+    assert not result.interrupted and result.global_step == recipe.training.max_steps
+    grpo = load_file(result.final_dir / "adapter_model.safetensors")
+    assert set(grpo) == set(adapter) and any(not torch.equal(grpo[k], adapter[k]) for k in adapter)
+    assert (warm / "recipe.yaml").is_file() and (result.run_dir / "checkpoint-2").is_dir()
+
+
+def test_full_finetune_warmup_is_grpo_start_and_kl_reference(tmp_path, tiny_llama):
+    recipe = load_recipe(recipe_file(tmp_path, tiny_llama, lora=None, grpo={"beta": 0.1, "num_generations": 2}))
+    result = run_module.train(recipe)
+    warmed = load_file(result.run_dir / "warmup" / "final" / "model.safetensors")
+    base = load_file(tiny_llama / "model.safetensors")
+    assert any(not torch.equal(warmed[k], base[k]) for k in base), "the warm-up changed the model"
+    kl = [m["kl"] for m in read_jsonl(result.run_dir / "metrics.jsonl")]
+    # step 1 scores before any GRPO update: zero KL means the reference is the warmed-up model GRPO starts from
+    assert abs(kl[0]) < 1e-6 and max(kl[1:]) > 1e-6, kl
+
+
+def test_self_sampled_warmup_keeps_only_what_the_reward_scores_right(tmp_path, tiny_llama):
+    warmup = {
+        **WARMUP,
+        "source": "self",
+        "samples_per_prompt": 2,
+        "reward": f"{ASSETS / 'warmup_rewards.py'}:even_answer",
+    }
+    rewards = [*REWARDS, {"name": warmup["reward"], "weight": 0.0}]
+    recipe = load_recipe(recipe_file(tmp_path, tiny_llama, warmup=warmup, rewards=rewards, training={"max_steps": 1}))
+    result = CliRunner().invoke(app, ["train", str(recipe._source)])
+    assert result.exit_code == 0, result.output
+    warm = recipe.output_dir / "warmup"
+    source = json.loads((warm / "source.json").read_text())
+    from grpo_cli.data import generate_problems
+
+    golds = [int(row["answer"].split("####")[-1]) for row in generate_problems(32, seed=recipe.training.seed)[:8]]
+    even = [g for g in golds if g % 2 == 0]
+    assert 0 < len(even) < len(golds), "the seed's problems must have both kinds for this test to mean anything"
+    assert (source["prompts"], source["samples"], source["kept"]) == (8, 16, len(even))
+    examples = read_jsonl(warm / "examples.jsonl")
+    kept_golds = [int(e["completion"][0]["content"].rsplit("#### ", 1)[1]) for e in examples]
+    assert kept_golds == even, "exactly the verified problems, each with the asked marker added"
+    assert source["marked"] == len(even)
+    assert "kept of 16 completions sampled for 8 training prompts" in result.output
+
+
+def stop_during_step_one(monkeypatch, which: int) -> None:
+    """The `which`-th InterruptCallback of a process (0: the warm-up's, 1: GRPO's) acts as if Ctrl-C came during
+    step 1: the step finishes, a checkpoint is saved, training stops."""
+    created = []
+    original = InterruptCallback.__init__
+
+    def init(self):
+        original(self)
+        self.requested = len(created) == which
+        created.append(self)
+
+    monkeypatch.setattr(InterruptCallback, "__init__", init)
+
+
+def test_resume_continues_whichever_stage_was_interrupted(tmp_path, tiny_llama, monkeypatch):
+    path = recipe_file(tmp_path, tiny_llama)
+    stop_during_step_one(monkeypatch, which=0)
+    stopped = CliRunner().invoke(app, ["train", str(path)])
+    assert stopped.exit_code == 130, stopped.output
+    run_dir = tmp_path / "run"
+    assert (run_dir / "warmup" / "checkpoint-1").is_dir() and not (run_dir / "warmup" / "final").exists()
+
+    again = CliRunner().invoke(app, ["train", str(path)])
+    fails_cleanly(again, "a warm-up in warmup/", "--resume")
+
+    monkeypatch.undo()
+    stop_during_step_one(monkeypatch, which=1)
+    resumed = CliRunner().invoke(app, ["train", str(path), "--resume"])
+    assert resumed.exit_code == 130, resumed.output
+    assert "warm-up: resuming from checkpoint-1" in resumed.output
+    assert [m["step"] for m in read_jsonl(run_dir / "warmup" / "metrics.jsonl")] == [1, 2]
+    assert (run_dir / "warmup" / "final").is_dir() and (run_dir / "checkpoint-1").is_dir()
+
+    monkeypatch.undo()
+    done = CliRunner().invoke(app, ["train", str(path), "--resume"])
+    assert done.exit_code == 0, done.output
+    assert (
+        "warm-up finished earlier (8 examples from reference)" in done.output
+        and "resuming from checkpoint-1" in done.output
+    )
+    assert [m["step"] for m in read_jsonl(run_dir / "warmup" / "metrics.jsonl")] == [1, 2], "never redone"
+    assert [m["step"] for m in read_jsonl(run_dir / "metrics.jsonl")] == [1, 2]
+
+
+def save_adapter(model_dir: Path, folder: Path, r: int = 4, noise: bool = True) -> Path:
+    """A LoRA adapter for `model_dir`, its B matrices set to noise (a fresh one would equal the base model)."""
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM
+
+    model = get_peft_model(
+        AutoModelForCausalLM.from_pretrained(model_dir),
+        LoraConfig(r=r, lora_alpha=8, lora_dropout=0.0, target_modules="all-linear", task_type="CAUSAL_LM"),
+    )
+    torch.manual_seed(0)
+    with torch.no_grad():
+        for name, param in model.named_parameters():
+            if noise and "lora_B" in name:
+                param.normal_(std=0.02)
+    model.save_pretrained(folder)
+    return folder
+
+
+def test_grpo_starts_from_an_adapter_trained_elsewhere(tmp_path, tiny_llama, monkeypatch):
+    adapter = save_adapter(tiny_llama, tmp_path / "adapter")
+    seen = watch_first_step(monkeypatch)
+    path = recipe_file(
+        tmp_path, tiny_llama, warmup=None, lora={**LORA, "adapter": str(adapter)}, training={"max_steps": 1}
+    )
+    result = run_module.train(load_recipe(path))
+    assert result.global_step == 1
+    stored = load_file(adapter / "adapter_model.safetensors")
+    started = {k.replace(".default", ""): v for k, v in seen.weights.items()}
+    assert len(started) == len(stored)
+    for name, tensor in stored.items():
+        assert torch.equal(started[name], tensor), name
+
+
+@pytest.mark.parametrize("case", ["empty", "columns", "other_model", "rank"])
+def test_bad_warmup_input_is_one_line_naming_file_and_key_and_writes_nothing(tmp_path, tiny_llama, tiny_qwen2, case):
+    if case == "empty":
+        source = tmp_path / "empty.jsonl"
+        source.write_text("")
+        sections, words = {"warmup": {**WARMUP, "source": str(source)}}, ["warmup.source", str(source), "empty"]
+    elif case == "columns":
+        source = write_jsonl([{"question": "2+2?", "answer": "4"}], tmp_path / "qa.jsonl")
+        sections = {"warmup": {**WARMUP, "source": str(source)}}
+        words = ["warmup.source", str(source), "`messages`", "`prompt` and `completion`", "question, answer"]
+    elif case == "other_model":
+        adapter = save_adapter(tiny_qwen2, tmp_path / "qwen_adapter", noise=False)
+        sections, words = {"lora": {**LORA, "adapter": str(adapter)}}, ["lora.adapter", str(adapter), str(tiny_qwen2)]
+    else:
+        adapter = save_adapter(tiny_llama, tmp_path / "r8", r=8, noise=False)
+        sections, words = {"lora": {**LORA, "adapter": str(adapter)}}, ["lora.adapter", str(adapter), "lora.r=8"]
+    result = CliRunner().invoke(app, ["train", str(recipe_file(tmp_path, tiny_llama, **sections))])
+    line = fails_cleanly(result, *words)
+    assert "recipe.yaml:" in line  # the recipe line of the key
+    assert not (tmp_path / "run").exists()
+
+
+def test_warmup_section_is_validated_with_lines_and_fixes(tmp_path, tiny_llama):
+    path = recipe_file(
+        tmp_path, tiny_llama, warmup={"source": "self", "reward": "strict_format", "max_lenght": 64}, data=HASHES
+    )
+    result = CliRunner().invoke(app, ["validate", str(path)])
+    assert result.exit_code == 2
+    assert "warmup.max_lenght" in result.output and "did you mean `max_length`" in result.output
+    fixed = path.read_text().replace("max_lenght", "max_length")
+    path.write_text(fixed)
+    result = CliRunner().invoke(app, ["validate", str(path)])
+    assert (
+        result.exit_code == 2
+        and "warmup.reward" in result.output
+        and "not one of the recipe's rewards" in result.output
+    )
+
+
+def test_reference_solutions_follow_the_asked_format():
+    from grpo_cli.recipe.schema import DataSection
+    from grpo_cli.train.warmup_examples import reference_solution
+    from rewards.gsm8k import strict_format
+
+    raw = "She has 3 + 4 = <<3+4=7>>7 apples.\nThen 7 * 2 = <<7*2=14>>14.\n#### 1,014"
+    hashes = reference_solution(raw, DataSection(answer_marker="hashes"))
+    assert hashes == "She has 3 + 4 = 7 apples.\nThen 7 * 2 = 14.\n#### 1014"
+    tags = reference_solution(raw, DataSection())  # the default system prompt asks for <reasoning> and <answer>
+    assert strict_format(completions=[tags]) == [1.0] and tags.endswith("<answer>\n1014\n</answer>")
