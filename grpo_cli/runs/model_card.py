@@ -20,6 +20,8 @@ from grpo_cli.runs.layout import (
     METRICS_FILE,
     RECIPE_FILE,
     SUMMARY_FILE,
+    WARMUP_DIR,
+    WARMUP_SOURCE_FILE,
     headline_keys,
 )
 
@@ -47,7 +49,11 @@ def render_card(run_dir: Path, recipe: Recipe) -> str:
         f"# {recipe.run_name}",
         "",
         f"{_method(recipe)} of `{recipe.model.name}` with GRPO ({recipe.grpo.loss_type} loss), "
-        f"{'finished' if finished else 'not finished'} after {metrics[-1]['step'] if metrics else 0} steps.",
+        f"{'finished' if finished else 'not finished'} after {metrics[-1]['step'] if metrics else 0} steps."
+        if not _is_warmup(run_dir)
+        else f"{_method(recipe)} of `{recipe.model.name}`: the supervised warm-up before GRPO, "
+        f"{'finished' if finished else 'not finished'} after {metrics[-1]['step'] if metrics else 0} steps; GRPO "
+        f"continues from it in `{run_dir.parent}`.",
         "",
         "## Training",
         "",
@@ -56,6 +62,7 @@ def render_card(run_dir: Path, recipe: Recipe) -> str:
         f"| base model | `{recipe.model.name}` ({recipe.model.dtype}) |",
         f"| method | {_method(recipe)} |",
         f"| dataset | {_dataset(recipe)} |",
+        *([] if recipe.warmup is None else [f"| warm-up | {_warmup(run_dir, recipe)} |"]),
         f"| system prompt | {_cell(recipe.data.system_prompt or '(none)')} |",
         f"| rewards (weight) | {', '.join(_reward(spec) for spec in recipe.rewards)} |",
         f"| loss type | {recipe.grpo.loss_type}, beta {recipe.grpo.beta:g} |",
@@ -107,6 +114,25 @@ def _dataset(recipe: Recipe) -> str:
     if data.max_solution_steps:
         parts.append(f"problems solved in at most {data.max_solution_steps} steps")
     return ", ".join(parts) + f"; answers marked with {'`####`' if data.answer_marker == 'hashes' else '`<answer>`'}"
+
+
+def _is_warmup(run_dir: Path) -> bool:
+    return run_dir.name == WARMUP_DIR and (run_dir / WARMUP_SOURCE_FILE).is_file()
+
+
+def _warmup(run_dir: Path, recipe: Recipe) -> str:
+    """What the warm-up trained on and how, from RUN/warmup/source.json (train/warmup.py writes it)."""
+    folder = run_dir if _is_warmup(run_dir) else run_dir / WARMUP_DIR
+    try:
+        source = json.loads((folder / WARMUP_SOURCE_FILE).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        source = {}
+    warm = recipe.warmup
+    return (
+        f"{source.get('examples', '?')} examples from `{source.get('source', warm.source)}`, supervised (TRL's "
+        f"SFTTrainer, loss on the completion), learning rate {warm.learning_rate_for(recipe.method):g}; GRPO "
+        "starts from its weights"
+    )
 
 
 def _reward(spec) -> str:
