@@ -19,10 +19,28 @@ from grpo_cli.cli import app
 
 runner = CliRunner()
 VLLM_RECIPE = {"grpo": {"num_generations": 2, "max_completion_length": 8, "temperature": 1.0, "use_vllm": True}}
+# The tiny model rarely stops within 8 tokens, so length and correctness rewards would score every completion alike
+# (no advantage, no update); this one scores what was written.
+VARIED_REWARD = """
+def varied(completions, **kwargs):
+    return [float(sum(map(ord, str(c))) % 7) for c in completions]
+"""
+
+
+@pytest.fixture(autouse=True)
+def launch_environment_restored(monkeypatch):
+    """TRL's colocate engine sets RANK, WORLD_SIZE and the rendezvous address in os.environ for vLLM; a later
+    trainer in the same test process would then take itself for a distributed rank. Each test leaves them as found."""
+    for name in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "VLLM_CPU_KVCACHE_SPACE"):
+        monkeypatch.setenv(name, "")  # records the value before the test, restored at teardown
+        monkeypatch.delenv(name)
 
 
 def vllm_recipe(tmp_path: Path, model: Path, **sections) -> Path:
-    return write_recipe(tmp_path, model, lora={"r": 4, "alpha": 8, "dropout": 0.0}, **VLLM_RECIPE, **sections)
+    (tmp_path / "varied.py").write_text(VARIED_REWARD)
+    rewards = [{"name": f"{tmp_path / 'varied.py'}:varied"}]
+    lora = {"r": 4, "alpha": 8, "dropout": 0.0}
+    return write_recipe(tmp_path, model, lora=lora, rewards=rewards, **VLLM_RECIPE, **sections)
 
 
 @pytest.mark.vllm
