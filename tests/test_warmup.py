@@ -252,3 +252,44 @@ def test_reference_solutions_follow_the_asked_format():
     assert hashes == "She has 3 + 4 = 7 apples.\nThen 7 * 2 = 14.\n#### 1014"
     tags = reference_solution(raw, DataSection())  # the default system prompt asks for <reasoning> and <answer>
     assert strict_format(completions=[tags]) == [1.0] and tags.endswith("<answer>\n1014\n</answer>")
+
+
+def test_plan_puts_the_warmup_peak_beside_grpos_and_the_larger_decides():
+    from conftest import ROOT
+    from grpo_cli.plan.fit import plan_recipe
+    from grpo_cli.plan.memory import GIB
+
+    demo = ROOT / "recipes" / "demo.yaml"
+
+    def plan(*overrides):
+        return plan_recipe(load_recipe(demo, list(overrides), scope="plan"), None, "cpu", "64GB").plan
+
+    without = plan()
+    short = plan("warmup.max_length=64", "warmup.per_device_train_batch_size=2")
+    long = plan("warmup.max_length=1024", "warmup.per_device_train_batch_size=16")
+    assert without.warmup == 0 and 0 < short.warmup_peak < short.peak_tensors == without.peak_tensors
+    assert long.peak_tensors == long.warmup_peak > without.peak_tensors, "the larger stage sets the peak"
+    between = f"{(without.peak_rss + long.peak_rss) / 2 / GIB:.2f}GB"
+    verdict = plan_recipe(
+        load_recipe(demo, ["warmup.max_length=1024", "warmup.per_device_train_batch_size=16"], scope="plan"),
+        None,
+        "cpu",
+        between,
+    )
+    assert verdict.plan.fits is False and plan_recipe(load_recipe(demo, scope="plan"), None, "cpu", between).plan.fits
+    shown = CliRunner().invoke(app, ["plan", str(demo), "warmup.max_length=1024", "--ram", between])
+    assert "warm-up (supervised steps before GRPO" in shown.output and "the warm-up sets the peak" in shown.output
+
+
+def test_preflight_times_the_warmup_and_plans_its_peak(tmp_path, tiny_llama):
+    path = recipe_file(tmp_path, tiny_llama, warmup={**WARMUP, "max_steps": -1, "count": 12})
+    result = CliRunner().invoke(app, ["preflight", str(path), "--json", "--prompts", "2"])
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.stdout)
+    warm = report["warmup"]
+    assert warm["examples"] == 12 and warm["total_steps"] == 3  # 12 examples in micro-batches of 4, one epoch
+    assert warm["step_s"] > 0 and warm["eta_s"] == pytest.approx(3 * warm["step_s"], abs=0.01)
+    assert not (tmp_path / "run").exists()
+    # 4 x 128 warm-up tokens against 4 short GRPO sequences: the warm-up's planned peak is the larger, and the
+    # measured GRPO steps are compared with GRPO's own plan, not with it
+    assert 0 < report["planned_peak_gib"] < warm["planned_peak_gib"]

@@ -76,6 +76,8 @@ class Plan:
     gpu_bytes: float | None = None  # the memory the run has: the GPU's, or the machine's RAM for device "cpu"
     prompt_tokens: int = 0  # the prompt length every sequence is sized at (the data's longest, or the limit)
     completion_tokens: int = 0  # the completion budget, every sequence planned at its full length
+    warmup: float = 0.0  # the warm-up's training phase (`warmup:`, no generation); 0 without one
+    warmup_peak: float = 0.0  # its tensors at their peak: static (no reference model yet) + that phase
 
     @property
     def peak_rss(self) -> float:
@@ -108,28 +110,43 @@ def memory_plan(
     w = DTYPE_BYTES[recipe.model.dtype]
     prompt = prompt_tokens or limit_prompt_tokens(recipe)
     terms = static_terms(recipe, arch, device, w) + _generation_terms(recipe, arch, device, w, prompt)
-    terms += _training_terms(recipe, arch, device, w, prompt)
+    batch, seq = recipe.training.per_device_train_batch_size, prompt + recipe.grpo.max_completion_length
+    terms += _training_terms(recipe, arch, device, w, batch, seq)
+    if recipe.warmup is not None:  # supervised steps before GRPO: a training phase at the warm-up's batch and length
+        warm = _training_terms(
+            recipe, arch, device, w, recipe.warmup.per_device_train_batch_size, recipe.warmup.max_length
+        )
+        terms += [
+            Term(f"warm-up {t.name}", t.bytes, t.phase.replace("training", "warm-up"), t.formula)
+            for t in warm
+            if t.phase != "comparison"
+        ]
     terms = per_process(terms, recipe, arch, w)
 
     static = sum(t.bytes for t in terms if t.phase == "static")
     generation = sum(t.bytes for t in terms if t.phase == "generation")
-    # The training peak comes at the LM head's backward (every activation still alive, no parameter gradient
-    # yet), with checkpointing possibly at a layer's recompute (the head's tiles freed by then), or at the optimizer
-    # step (every gradient, activations gone), whichever is largest.
-    at_head_backward = sum(t.bytes for t in terms if t.phase == "training")
-    at_recompute = (
-        at_head_backward
-        - sum(t.bytes for t in terms if t.name == HEAD_TERM)
-        + sum(t.bytes for t in terms if t.phase == "training-recompute")
-    )
-    at_optimizer_step = sum(t.bytes for t in terms if t.phase == "training-late")
-    training = max(at_head_backward, at_recompute, at_optimizer_step)
-    peak = static + max(generation, training)
+    training, warmup = _phase_peak(terms, "training"), _phase_peak(terms, "warm-up")
+    # The warm-up runs before GRPO builds its reference model: the larger of the two stages decides the fit.
+    warmup_peak = static - sum(t.bytes for t in terms if t.name == "reference model") + warmup if warmup else 0.0
+    peak = max(static + max(generation, training), warmup_peak)
     smi = peak * (1 + ALLOCATOR_SLACK) + CUDA_CONTEXT_GIB * GIB
     if recipe.grpo.use_vllm and gpu_bytes:
         smi += recipe.grpo.vllm_gpu_memory_utilization * gpu_bytes
     completion = recipe.grpo.max_completion_length
-    return Plan(arch, terms, static, generation, training, peak, smi, device, gpu_bytes, prompt, completion)
+    return Plan(
+        arch, terms, static, generation, training, peak, smi, device, gpu_bytes, prompt, completion, warmup, warmup_peak
+    )
+
+
+def _phase_peak(terms: list[Term], phase: str) -> float:
+    """A training phase's peak: at the LM head's backward (every activation still alive, no parameter gradient yet),
+    with checkpointing possibly at a layer's recompute (the head's tiles freed by then), or at the optimizer step
+    (every gradient, activations gone), whichever is largest."""
+    at_head_backward = sum(t.bytes for t in terms if t.phase == phase)
+    head = sum(t.bytes for t in terms if t.phase == phase and t.name.endswith(HEAD_TERM))
+    at_recompute = at_head_backward - head + sum(t.bytes for t in terms if t.phase == f"{phase}-recompute")
+    at_optimizer_step = sum(t.bytes for t in terms if t.phase == f"{phase}-late")
+    return max(at_head_backward, at_recompute, at_optimizer_step)
 
 
 def limit_prompt_tokens(recipe: Recipe) -> int:
@@ -200,11 +217,9 @@ def _generation_terms(recipe: Recipe, arch: Architecture, device: str, w: int, p
     return terms
 
 
-def _training_terms(recipe: Recipe, arch: Architecture, device: str, w: int, prompt: int) -> list[Term]:
-    """One micro-batch of B completions of S tokens: activations, the chunked head, then gradients."""
+def _training_terms(recipe: Recipe, arch: Architecture, device: str, w: int, B: int, S: int) -> list[Term]:
+    """One micro-batch of B sequences of S tokens: activations, the chunked head, then gradients."""
     h, f, L, V = arch.hidden_size, arch.intermediate_size, arch.num_layers, arch.vocab_size
-    B = recipe.training.per_device_train_batch_size
-    S = prompt + recipe.grpo.max_completion_length
     trainable, param_bytes = trainable_params(recipe, arch), bytes_per_trainable(recipe, w)
     terms: list[Term] = []
     T = B * S

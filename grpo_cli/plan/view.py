@@ -63,6 +63,8 @@ def plan_json(result: PlanResult, notes: list[str] = ()) -> dict[str, Any]:
         "static_gib": round(plan.static / GIB, 4),
         "generation_phase_gib": round(plan.generation / GIB, 4),
         "training_phase_gib": round(plan.training / GIB, 4),
+        "warmup_phase_gib": round(plan.warmup / GIB, 4),
+        "warmup_peak_tensors_gib": round(plan.warmup_peak / GIB, 4),
         "peak_tensors_gib": round(plan.peak_tensors / GIB, 4),
         "peak_nvidia_smi_gib": round(plan.peak_smi / GIB, 4),
         "peak_rss_gib": round(plan.peak_rss / GIB, 4),
@@ -112,6 +114,8 @@ def print_plan(console: Console, result: PlanResult, command: str, notes: list[s
         f"peak = static {plan.static / GIB:.2f} + max(generation {plan.generation / GIB:.2f}, "
         f"training {plan.training / GIB:.2f}) -> the {which} phase sets the peak"
     )
+    for line in warmup_lines(plan):
+        console.print(line, highlight=False, soft_wrap=True)
     for note in [*basis_lines(result), *notes]:
         console.print(note, soft_wrap=True, highlight=False)
     if plan.device == "cpu":
@@ -152,6 +156,18 @@ def print_plan(console: Console, result: PlanResult, command: str, notes: list[s
         console.print(
             f"  {label}: {peak / GIB:.2f} GiB  ->  {command} {' '.join(override_args(changes))}", soft_wrap=True
         )
+
+
+def warmup_lines(plan: Plan) -> list[str]:
+    """The warm-up's peak beside GRPO's: the larger one is the plan's peak, and so decides the fit."""
+    if not plan.warmup:
+        return []
+    grpo = plan.static + max(plan.generation, plan.training)
+    which = "the warm-up" if plan.warmup_peak > grpo else "GRPO"
+    return [
+        f"warm-up (supervised steps before GRPO, no generation, no reference model): tensors peak at "
+        f"{plan.warmup_peak / GIB:.2f} GiB, GRPO's at {grpo / GIB:.2f} GiB -> {which} sets the peak"
+    ]
 
 
 def first_load_peak(plan: Plan) -> float | None:

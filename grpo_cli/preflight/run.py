@@ -13,6 +13,7 @@ from typing import Any
 from grpo_cli.plan.memory import GIB, Plan
 from grpo_cli.preflight.measure import StepMeasurement
 from grpo_cli.preflight.sampling import SampledGroups
+from grpo_cli.preflight.warmup_steps import WarmupTiming, time_warmup
 from grpo_cli.recipe.schema import Recipe
 from grpo_cli.runs.layout import SAMPLES_FILE
 
@@ -41,6 +42,7 @@ class Preflight:
     eta_worst_s: float  # every completion at the budget
     advice: list[Advice]
     seconds: float
+    warmup: WarmupTiming | None = None  # the warm-up's timed steps, when the recipe has one
 
     @property
     def peak_error_pct(self) -> float:
@@ -88,6 +90,7 @@ def run_preflight(
                 "training": recipe.training.model_copy(update={"output_dir": str(work / "run"), "report_to": ["none"]})
             }
         )
+        warmup = time_warmup(isolated, work, steps, show) if recipe.warmup is not None else None
         groups = sample_groups(isolated, prompts or default_prompt_count(recipe), show)  # from the model as it starts
         measured = measure_steps(isolated, work, steps, show)
 
@@ -120,6 +123,7 @@ def run_preflight(
         total_steps * worst_step,
         advice,
         time.perf_counter() - started,
+        warmup,
     )
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from grpo_cli.plan.memory import GIB
-from grpo_cli.plan.view import override_args
+from grpo_cli.plan.view import override_args, warmup_lines
 from grpo_cli.preflight.run import Preflight
 
 
@@ -53,6 +53,21 @@ def preflight_json(result: Preflight) -> dict[str, Any]:
         "tools": s.tools,
         "advice": [{"reason": a.reason, "overrides": override_args(a.changes)} for a in result.advice],
         "seconds": round(result.seconds, 1),
+        "warmup": _warmup_json(result),
+    }
+
+
+def _warmup_json(result: Preflight) -> dict[str, Any] | None:
+    w = result.warmup
+    if w is None:
+        return None
+    return {
+        "examples": w.examples,
+        "total_steps": w.total_steps,
+        "step_s": round(w.step_s, 3),
+        "eta_s": round(w.eta_s, 3),
+        "note": w.note,
+        "planned_peak_gib": round(result.verdict.warmup_peak / GIB, 4),
     }
 
 
@@ -90,6 +105,15 @@ def print_preflight(console, result: Preflight, command: str) -> None:
         f"     {result.total_steps} steps: about {_duration(result.eta_s)} at the sampled lengths, "
         f"at most {_duration(result.eta_worst_s)}"
     )
+    if result.warmup is not None:
+        w = result.warmup
+        console.print(
+            f"     warm-up before them: {w.examples} examples, {w.total_steps} steps of {w.step_s:.1f} s, about "
+            f"{_duration(w.eta_s)}" + (f" ({w.note})" if w.note else ""),
+            soft_wrap=True,
+        )
+        for line in warmup_lines(result.verdict):
+            console.print(f"     {line}", soft_wrap=True, highlight=False)
     console.print(
         f"[bold]signal[/] {s.prompts} prompts x {result.recipe.grpo.num_generations} completions: "
         f"{s.zero_variance_share:.0%} of groups without reward variance, {s.truncated_share:.0%} cut at the "

@@ -60,11 +60,7 @@ def early_examples(recipe: Recipe, resume: bool) -> WarmupExamples | None:
 def run_warmup(recipe: Recipe, console: Console, resume: bool, early: WarmupExamples | None) -> WarmupOutcome:
     """The warm-up stage of `grpo train`: skipped when finished earlier, else trained (from its newest whole
     checkpoint when there is one) and saved to RUN/warmup/final/."""
-    from grpo_cli import models
-    from grpo_cli.quiet import quiet_libraries
     from grpo_cli.runs.checkpoints import newest_complete, write_resolved_recipe
-    from grpo_cli.train.start_weights import named_adapter, start_from
-    from grpo_cli.train.trainer import _load_model, _precision_here
 
     folder = warmup_dir(recipe)
     final = folder / FINAL_DIR
@@ -73,31 +69,74 @@ def run_warmup(recipe: Recipe, console: Console, resume: bool, early: WarmupExam
             f"warm-up finished earlier ({_recorded(folder)}); GRPO starts from {final}", highlight=False, soft_wrap=True
         )
         return WarmupOutcome(final, False)
-    quiet_libraries()
     folder.mkdir(parents=True, exist_ok=True)
     write_resolved_recipe(recipe, folder / RECIPE_FILE)  # RUN/warmup reads as a run: grpo eval --run, grpo report
     checkpoint, skipped = newest_complete(folder)
+    setup = warmup_setup(recipe)
+    examples = _examples(recipe, folder, checkpoint, early, lambda: _sample(recipe, setup, console))
+    console.print(f"warm-up: {examples.describe()} -> {folder}", highlight=False, soft_wrap=True)
+    for line in skipped + ([f"warm-up: resuming from {checkpoint.name}"] if checkpoint else []):
+        console.print(line, highlight=False)
+    interrupted = _train(recipe, folder, setup, examples, checkpoint, console)
+    setup = None
+    gc.collect()  # the warm-up's trainer and model go before GRPO loads its own
+    return WarmupOutcome(None if interrupted else final, interrupted)
+
+
+@dataclass
+class WarmupSetup:
+    """What the warm-up trains: the recipe's model (carrying lora.adapter when one is named), its tokenizer, the
+    LoRA config for TRL to apply (None: full fine-tuning, or the adapter is there already), the precision here."""
+
+    model: Any
+    tokenizer: Any
+    lora: Any
+    on_cpu: bool
+    mixed: str
+
+
+def warmup_setup(recipe: Recipe) -> WarmupSetup:
+    """The model and tokenizer, loaded as GRPO loads them (precision, frozen weights, LoRA or QLoRA)."""
+    from grpo_cli import models
+    from grpo_cli.quiet import quiet_libraries
+    from grpo_cli.train.start_weights import named_adapter, start_from
+    from grpo_cli.train.trainer import _load_model, _precision_here
+
+    quiet_libraries()
     tokenizer = models.load_tokenizer(recipe)
     on_cpu, mixed = _precision_here(recipe)
     model = _load_model(recipe, on_cpu, mixed)
     adapter = named_adapter(recipe)
     if adapter is not None:
         model = start_from(model, adapter, recipe)
-    examples = _examples(recipe, folder, checkpoint, early, lambda: _sample(recipe, model, tokenizer, mixed, console))
-    console.print(f"warm-up: {examples.describe()} -> {folder}", highlight=False, soft_wrap=True)
-    for line in skipped + ([f"warm-up: resuming from {checkpoint.name}"] if checkpoint else []):
-        console.print(line, highlight=False)
     lora = models.lora_config(recipe) if recipe.lora is not None and adapter is None else None
-    interrupted = _train(recipe, folder, model, tokenizer, lora, examples, checkpoint, on_cpu, mixed, console)
-    model = None
-    gc.collect()  # the warm-up's trainer and model go before GRPO loads its own
-    return WarmupOutcome(None if interrupted else final, interrupted)
+    return WarmupSetup(model, tokenizer, lora, on_cpu, mixed)
 
 
-def _sample(recipe: Recipe, model, tokenizer, mixed: str, console: Console) -> WarmupExamples:
+def sft_trainer(recipe: Recipe, folder: Path, setup: WarmupSetup, rows: list[dict], callbacks: list, **config):
+    """TRL's SFTTrainer for the warm-up; `config`: SFTConfig fields that replace the recipe's (preflight's steps)."""
+    import datasets
+    from transformers import PrinterCallback
+    from trl import SFTConfig, SFTTrainer
+
+    trainer = SFTTrainer(
+        model=setup.model,
+        args=SFTConfig(**{**sft_config_kwargs(recipe, folder, setup.on_cpu, setup.mixed), **config}),
+        train_dataset=datasets.Dataset.from_list(rows),
+        processing_class=setup.tokenizer,
+        peft_config=setup.lora,
+        callbacks=callbacks,
+    )
+    trainer.remove_callback(PrinterCallback)  # our display and metrics file replace its raw log lines
+    return trainer
+
+
+def _sample(recipe: Recipe, setup: WarmupSetup, console: Console) -> WarmupExamples:
     from grpo_cli.train.warmup_sampling import sampled_examples
 
-    return sampled_examples(recipe, model, tokenizer, mixed, echo=lambda line: console.print(line, highlight=False))
+    return sampled_examples(
+        recipe, setup.model, setup.tokenizer, setup.mixed, echo=lambda line: console.print(line, highlight=False)
+    )
 
 
 def _examples(recipe: Recipe, folder: Path, checkpoint, early, sample) -> WarmupExamples:
@@ -132,26 +171,14 @@ def _example_settings(recipe: Recipe) -> dict[str, Any]:
     }
 
 
-def _train(recipe, folder, model, tokenizer, lora, examples, checkpoint, on_cpu, mixed, console) -> bool:
+def _train(recipe: Recipe, folder: Path, setup: WarmupSetup, examples: WarmupExamples, checkpoint, console) -> bool:
     """SFTTrainer over the examples under a progress display; True when Ctrl-C stopped it (a checkpoint saved)."""
-    import datasets
-    from transformers import PrinterCallback
-    from trl import SFTConfig, SFTTrainer
-
     from grpo_cli.train.callbacks import InterruptCallback, MetricsCallback
     from grpo_cli.train.display import TrainingDisplay
 
     interrupt = InterruptCallback()
-    trainer = SFTTrainer(
-        model=model,
-        args=SFTConfig(**sft_config_kwargs(recipe, folder, on_cpu, mixed)),
-        train_dataset=datasets.Dataset.from_list(examples.rows),
-        processing_class=tokenizer,
-        peft_config=lora,
-        callbacks=[interrupt],
-    )
-    trainer.remove_callback(PrinterCallback)
-    steps = _total_steps(recipe, len(trainer.train_dataset))
+    trainer = sft_trainer(recipe, folder, setup, examples.rows, [interrupt])
+    steps = total_steps(recipe, len(trainer.train_dataset))
     done = int(checkpoint.name.rsplit("-", 1)[-1]) if checkpoint else 0
     display = TrainingDisplay(console, steps, done)
     trainer.add_callback(MetricsCallback(folder, 0, 0, None, on_metrics=display.update))
@@ -167,7 +194,7 @@ def _train(recipe, folder, model, tokenizer, lora, examples, checkpoint, on_cpu,
             "--resume"
         )
         return True
-    _save(trainer, tokenizer, folder / FINAL_DIR)
+    _save(trainer, setup.tokenizer, folder / FINAL_DIR)
     losses = [r["loss"] for r in display.history if r.get("loss") is not None]
     shown = f", loss {losses[0]:.3g} -> {losses[-1]:.3g}" if losses else ""
     console.print(f"warm-up finished: {trainer.state.global_step} steps{shown}; saved to {folder / FINAL_DIR}")
@@ -206,7 +233,7 @@ def sft_config_kwargs(recipe: Recipe, folder: Path, on_cpu: bool, mixed: str) ->
     )
 
 
-def _total_steps(recipe: Recipe, examples: int) -> int:
+def total_steps(recipe: Recipe, examples: int) -> int:
     """Optimizer steps the warm-up takes over `examples` (for the progress display)."""
     warm = recipe.warmup
     if warm.max_steps > 0:
