@@ -21,6 +21,8 @@ from grpo_cli.plan.memory import memory_plan
 from grpo_cli.recipe.validation import load_recipe
 from grpo_cli.train.distributed import launch_command, write_accelerate_config
 
+pytestmark = pytest.mark.slow  # real training steps: `pytest -m 'not slow'` skips them in an inner loop
+
 
 def recipe_with(tmp_path, tiny_llama, **distributed):
     return load_recipe(write_recipe(tmp_path, tiny_llama, distributed=distributed))

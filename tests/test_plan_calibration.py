@@ -13,6 +13,8 @@ from grpo_cli.plan.memory import memory_plan
 from grpo_cli.preflight.measure import measure_peak
 from grpo_cli.recipe.validation import load_recipe
 
+pytestmark = pytest.mark.slow  # real training steps: `pytest -m 'not slow'` skips them in an inner loop
+
 
 @pytest.fixture(scope="module")
 def small_llama(tmp_path_factory):

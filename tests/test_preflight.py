@@ -14,6 +14,8 @@ from grpo_cli.preflight.run import expected_step_seconds
 from grpo_cli.preflight.sampling import SampledGroups
 from grpo_cli.recipe.schema import Recipe
 
+pytestmark = pytest.mark.slow  # real training steps: `pytest -m 'not slow'` skips them in an inner loop
+
 REWARDS = """
 def constant(completions, **kwargs):
     return [1.0 for _ in completions]

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import math
 
+import pytest
 import torch
 from safetensors.torch import load_file
 
@@ -15,6 +16,8 @@ from grpo_cli.runs.report import TOOL_KEYS, panels_for, plot_run
 from grpo_cli.train.run import train
 from grpo_cli.train.trainer import build_trainer
 from tool_models import CALLERS, SYSTEM
+
+pytestmark = pytest.mark.slow  # real training steps: `pytest -m 'not slow'` skips them in an inner loop
 
 TOOL_SECTIONS = dict(
     data={"source": "generated", "limit": 32, "system_prompt": SYSTEM},

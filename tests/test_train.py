@@ -21,6 +21,8 @@ from grpo_cli.cli import app
 from grpo_cli.recipe.validation import load_recipe
 from grpo_cli.train.run import train
 
+pytestmark = pytest.mark.slow  # real training steps: `pytest -m 'not slow'` skips them in an inner loop
+
 REWARDS = [{"name": f"{ASSETS / 'varied_rewards.py'}:digit_share"}, {"name": "correctness"}]
 
 

@@ -5,12 +5,15 @@ from __future__ import annotations
 import json
 import math
 
+import pytest
 import torch
 from typer.testing import CliRunner
 
 from conftest import write_recipe
 from grpo_cli.cli import app
 from grpo_cli.train.zero_variance import skip_rows, zero_variance_groups
+
+pytestmark = pytest.mark.slow  # real training steps: `pytest -m 'not slow'` skips them in an inner loop
 
 runner = CliRunner()
 
