@@ -100,6 +100,21 @@ def test_full_finetune_warmup_is_grpo_start_and_kl_reference(tmp_path, tiny_llam
     assert abs(kl[0]) < 1e-6 and max(kl[1:]) > 1e-6, kl
 
 
+def test_qlora_warmup_hands_its_adapter_to_grpo(tmp_path, tiny_llama, monkeypatch):
+    pytest.importorskip("bitsandbytes")
+    seen = watch_first_step(monkeypatch)
+    model = {"name": str(tiny_llama), "dtype": "float32", "gradient_checkpointing": True}
+    quantization = {"bits": 4, "quant_type": "nf4", "compute_dtype": "float32"}
+    path = recipe_file(tmp_path, tiny_llama, model=model, quantization=quantization, training={"max_steps": 1})
+    result = run_module.train(load_recipe(path))
+    assert result.global_step == 1 and result.final_dir is not None
+    adapter = load_file(result.run_dir / "warmup" / "final" / "adapter_model.safetensors")
+    started = {k.replace(".default", ""): v for k, v in seen.weights.items()}
+    assert set(started) == set(adapter) and any(v.abs().sum() > 0 for k, v in adapter.items() if "lora_B" in k)
+    for name, tensor in adapter.items():  # TRL keeps QLoRA adapters in bfloat16 in both stages
+        assert torch.equal(started[name].float(), tensor.float()), name
+
+
 def test_self_sampled_warmup_keeps_only_what_the_reward_scores_right(tmp_path, tiny_llama):
     warmup = {
         **WARMUP,
