@@ -22,6 +22,7 @@ RunDirArg = Annotated[Path, typer.Argument(help="Run directory written by `grpo 
         "grpo eval --compare runs/qwen2.5-0.5b-lora --limit 500|base and trained on the same problems",
         "grpo eval --compare runs/b --base runs/a/eval/chat-test/base|reuse a base evaluation, same settings",
         "grpo eval --model HuggingFaceTB/SmolLM2-135M-Instruct --protocol lm-eval --data gsm8k/test.jsonl",
+        "grpo eval recipes/qwen2.5/0.5b_lora.yaml --engine transformers|without vLLM although it is installed",
     ),
 )
 def evaluate(
@@ -54,6 +55,12 @@ def evaluate(
     max_new_tokens: Annotated[int | None, typer.Option("--max-new-tokens", help="Generation budget.")] = None,
     protocol: Annotated[str | None, typer.Option("--protocol", help="chat (default) or lm-eval.")] = None,
     output: Annotated[Path | None, typer.Option("--output", help="Results directory (rerun it to continue).")] = None,
+    engine: Annotated[
+        str,
+        typer.Option(
+            "--engine", help="Generation engine: auto (vLLM when it is installed and can run), vllm or transformers."
+        ),
+    ] = "auto",
     as_json: Annotated[bool, typer.Option("--json", help="Print the summary as JSON.")] = False,
 ) -> None:
     """GSM8K held-out accuracy of a base model or a trained run, with intervals; resumable."""
@@ -73,7 +80,7 @@ def evaluate(
         "eval.max_new_tokens": max_new_tokens,
         "eval.protocol": protocol,
     }
-    request = EvalRequest(recipe, overrides, run, compare_run, base_dir, model, adapter, options, output)
+    request = EvalRequest(recipe, overrides, run, compare_run, base_dir, model, adapter, options, output, engine)
     console = Console(stderr=as_json)
     with user_errors():
         outcome = run_eval(request, EvalDisplay(console))

@@ -11,6 +11,7 @@ from typing import Any
 from grpo_cli.cpu_memory import skip_unused_bitsandbytes
 from grpo_cli.errors import UserError
 from grpo_cli.eval import evaluate as ev
+from grpo_cli.eval.engines import check_engine
 from grpo_cli.eval.store import OWN_FILES, refuse_foreign
 from grpo_cli.eval.targets import Target, default_output, run_target
 from grpo_cli.recipe.schema import Recipe
@@ -28,6 +29,7 @@ class EvalRequest:
     adapter: Path | None = None
     options: dict[str, Any] = field(default_factory=dict)  # typed flags: {"eval.limit": 50, ...}
     output: Path | None = None
+    engine: str = "auto"  # --engine: auto, vllm or transformers (grpo_cli/eval/engines.py)
 
 
 @dataclass
@@ -55,13 +57,16 @@ def run_eval(request: EvalRequest, display=None) -> EvalOutcome:
         trained = run_target(request.compare_run, recipe)
         # A base evaluation is the same for every run with the same settings: --base reuses it (the store's
         # settings check refuses one made with another prompt, budget, dtype or data).
-        results = [ev.evaluate(recipe, base, base_out, display), ev.evaluate(recipe, trained, trained_out, display)]
+        results = [
+            ev.evaluate(recipe, base, base_out, display, request.engine),
+            ev.evaluate(recipe, trained, trained_out, display, request.engine),
+        ]
         outcome = EvalOutcome(results, ev.compare(results[0], results[1], root))
     else:
         target = run_target(request.run, recipe) if request.run is not None else base
         default = default_output(recipe.eval, target, request.run)
         output = request.output or (default / "trained" if request.run else default)
-        outcome = EvalOutcome([ev.evaluate(recipe, target, output, display)], None)
+        outcome = EvalOutcome([ev.evaluate(recipe, target, output, display, request.engine)], None)
     if run_dir is not None and not is_checkpoint(run_dir):
         from grpo_cli.runs.model_card import write_model_card
 
@@ -77,6 +82,7 @@ def _load(request: EvalRequest) -> Recipe:
 
     run_dir = request.compare_run or request.run
     options = {"model.name": request.model, **request.options}
+    check_engine(request.engine)
     if request.run and request.compare_run:
         raise UserError("give --run or --compare, not both (--compare evaluates the run too)")
     if request.recipe is None and run_dir is None and request.model is None:

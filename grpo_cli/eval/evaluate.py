@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from grpo_cli.eval.engines import choose_engine
 from grpo_cli.eval.problems import chat_prompts, fewshot_pool, lm_eval_prompts, load_problems
 from grpo_cli.eval.scoring import FILTERS, behaviour, score, summarize
 from grpo_cli.eval.stats import paired_difference
@@ -81,8 +82,9 @@ def settings_of(recipe: Recipe, target: Target, compute_dtype: str | None = None
     }
 
 
-def evaluate(recipe: Recipe, target: Target, output: Path, display=None) -> EvalResult:
-    """Score every problem of the split (up to eval.limit) that `output` does not hold yet."""
+def evaluate(recipe: Recipe, target: Target, output: Path, display=None, engine: str = "auto") -> EvalResult:
+    """Score every problem of the split (up to eval.limit) that `output` does not hold yet, generating with `engine`
+    (grpo_cli/eval/engines.py)."""
     ev = recipe.eval
     from grpo_cli.quiet import quiet_libraries
 
@@ -95,11 +97,15 @@ def evaluate(recipe: Recipe, target: Target, output: Path, display=None) -> Eval
         from grpo_cli.tools.template import check_tool_template
 
         check_tool_template(load_tokenizer(model_recipe), target.model)
+    choice = choose_engine(engine, recipe, target.adapter, uses_tools(recipe))  # its errors come before any file
     store = PredictionStore(output, settings_of(recipe, target, compute_dtype(recipe)))
     todo = [p for p in problems if p.index not in store.records]
-    wall, new_tokens = 0.0, 0
+    wall, new_tokens, engine_used = 0.0, 0, None
     if todo:
-        generator, tokenizer = _generator(model_recipe, target, max_new_tokens(ev))
+        if display and choice.note:
+            display.note(f"{target.label}: {choice.note}")
+        generator, tokenizer = _generator(model_recipe, target, max_new_tokens(ev), choice.name)
+        engine_used = {"engine": generator.name, "engine_version": generator.version}
         if uses_tools(recipe):
             stream = _tool_stream(recipe, generator, tokenizer, todo)
         elif ev.protocol == "lm-eval":  # few-shot examples drawn as lm-eval's sampler draws them
@@ -112,30 +118,20 @@ def evaluate(recipe: Recipe, target: Target, output: Path, display=None) -> Eval
                 len(problems),
                 done=[store.records[p.index] for p in problems if p.index in store.records],
                 unscorable=unscorable,
+                engine=_engine_label(generator, compute_dtype(model_recipe)),
             )
         started = time.perf_counter()
         for batch in stream:
-            records = []
-            for item in batch:
-                problem = todo[item.index]
-                records.append(
-                    {
-                        "index": problem.index,
-                        "question": problem.question,
-                        "gold": problem.gold,
-                        "completion": item.text,
-                        **score(ev.protocol, item.text, problem, recipe.data.answer_marker),
-                        "new_tokens": item.new_tokens,
-                        **getattr(item, "extra", {}),
-                    }
-                )
-                new_tokens += getattr(item, "model_tokens", item.new_tokens)
+            records = [_record(todo[item.index], item, recipe) for item in batch]
+            new_tokens += sum(getattr(item, "model_tokens", item.new_tokens) for item in batch)
             store.add(records)
             if display:
                 display.advance(records, time.perf_counter() - started)
         wall = time.perf_counter() - started
         if display:
             display.stop()
+        if hasattr(generator, "close"):
+            generator.close()  # vLLM's engine holds its weights and KV cache until freed; the next target starts one
     scored = [store.records[p.index] for p in problems]
     summary = {
         "target": target.label,
@@ -149,10 +145,25 @@ def evaluate(recipe: Recipe, target: Target, output: Path, display=None) -> Eval
     tools = tool_summary(scored)
     if tools is not None:
         summary["tools"] = tools
+    if engine_used:
+        summary["session"].update(engine_used)
     if not todo:  # nothing generated now (a finished evaluation reused): keep the last generating session's timing
         summary["session"] = _previous_session(output) or summary["session"]
     (output / SUMMARY_FILE).write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
     return EvalResult(output, summary, {p.index: store.records[p.index] for p in problems})
+
+
+def _record(problem, item, recipe: Recipe) -> dict[str, Any]:
+    """One scored problem, as predictions.jsonl stores it."""
+    return {
+        "index": problem.index,
+        "question": problem.question,
+        "gold": problem.gold,
+        "completion": item.text,
+        **score(recipe.eval.protocol, item.text, problem, recipe.data.answer_marker),
+        "new_tokens": item.new_tokens,
+        **getattr(item, "extra", {}),
+    }
 
 
 def uses_tools(recipe: Recipe) -> bool:
@@ -206,12 +217,12 @@ def compute_dtype(recipe: Recipe) -> str:
     return inference_dtype(recipe, on_cpu=not torch.cuda.is_available())
 
 
-def _generator(recipe: Recipe, target: Target, budget: int):
-    """vLLM when installed on CUDA (not for bitsandbytes-quantized models), else transformers' generate."""
+def _generator(recipe: Recipe, target: Target, budget: int, engine: str = "transformers"):
+    """The generation engine (`vllm` or `transformers`, chosen by grpo_cli/eval/engines.py) and the tokenizer."""
     import torch
 
     from grpo_cli.eval.continuous import ContinuousGenerator, supports_continuous_batching
-    from grpo_cli.eval.generation import HFGenerator, VLLMGenerator, vllm_available
+    from grpo_cli.eval.generation import HFGenerator
     from grpo_cli.eval.lean_lora import lean_lora
     from grpo_cli.models import load_model, load_tokenizer, resolve_model_path
     from grpo_cli.quiet import quiet_libraries
@@ -220,7 +231,9 @@ def _generator(recipe: Recipe, target: Target, budget: int):
     tokenizer = load_tokenizer(recipe)
     stops = LM_EVAL_STOPS if recipe.eval.protocol == "lm-eval" else []
     dtype = compute_dtype(recipe)
-    if vllm_available() and recipe.quantization is None and not uses_tools(recipe):  # the tool loop needs token ids
+    if engine == "vllm":
+        from grpo_cli.eval.vllm_engine import VLLMGenerator
+
         return VLLMGenerator(
             resolve_model_path(recipe.model.name),
             tokenizer,
@@ -228,6 +241,7 @@ def _generator(recipe: Recipe, target: Target, budget: int):
             stops,
             dtype,
             target.adapter,
+            recipe.model.tokenizer,
             recipe.model.trust_remote_code,
         ), tokenizer
     narrower = dtype != recipe.model.dtype
@@ -249,8 +263,13 @@ def _generator(recipe: Recipe, target: Target, budget: int):
         model = model.to("cuda")
     model.eval()
     max_length = getattr(model.config, "max_position_embeddings", None)
-    engine = ContinuousGenerator if supports_continuous_batching(model) else HFGenerator
-    return engine(model, tokenizer, budget, stops, max_length), tokenizer
+    own = ContinuousGenerator if supports_continuous_batching(model) else HFGenerator
+    return own(model, tokenizer, budget, stops, max_length), tokenizer
+
+
+def _engine_label(generator, dtype: str) -> str:
+    """What the console says generates: `vLLM 0.32.0, float32` or `transformers 5.19.0, bfloat16`."""
+    return f"{'vLLM' if generator.name == 'vllm' else generator.name} {generator.version}, {dtype}"
 
 
 def compare(base: EvalResult, trained: EvalResult, output: Path) -> dict[str, Any]:

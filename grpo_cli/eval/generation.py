@@ -7,7 +7,6 @@ out-of-memory shows up in the first batch, not after an hour). A sequence stops 
 
 from __future__ import annotations
 
-import importlib.util
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
@@ -47,14 +46,10 @@ def cut_at_stops(text: str, stops: list[str]) -> str:
     return text
 
 
-def vllm_available() -> bool:
-    import torch
-
-    return torch.cuda.is_available() and importlib.util.find_spec("vllm") is not None
-
-
 class HFGenerator:
     """transformers `generate` on a loaded model: the path on CPU and on a GPU without vLLM."""
+
+    name = "transformers"
 
     def __init__(self, model, tokenizer, max_new_tokens: int, stops: list[str], max_length: int | None = None):
         self.model, self.tokenizer = model, tokenizer
@@ -64,6 +59,12 @@ class HFGenerator:
         # Left-truncate contexts so context + generation fits the model (lm-eval does the same).
         self.max_context = None if max_length is None else max(1, max_length - max_new_tokens)
         self.finished_ids = {t for t in (tokenizer.eos_token_id, tokenizer.pad_token_id) if t is not None}
+
+    @property
+    def version(self) -> str:
+        import transformers
+
+        return transformers.__version__
 
     def token_ids(self, prompts: list[Prompt]) -> list[list[int]]:
         texts = [p for p in prompts if isinstance(p, str)]
@@ -130,45 +131,3 @@ class HFGenerator:
             if token in self.finished_ids:
                 return position + (token == self.tokenizer.eos_token_id)
         return len(tokens)
-
-
-class VLLMGenerator:
-    """vLLM on CUDA: continuous batching, so the batch size is vLLM's business, not ours."""
-
-    def __init__(
-        self,
-        model_path: str,
-        tokenizer,
-        max_new_tokens: int,
-        stops: list[str],
-        dtype: str,
-        adapter: str | None = None,
-        trust_remote_code: bool = False,
-    ):
-        from vllm import LLM, SamplingParams
-
-        self.llm = LLM(
-            model=model_path,
-            tokenizer=model_path,
-            dtype=dtype,
-            enable_lora=adapter is not None,
-            trust_remote_code=trust_remote_code,
-        )
-        self.params = SamplingParams(temperature=0.0, max_tokens=max_new_tokens, stop=[s for s in stops if s])
-        self.adapter = adapter
-        self.tokenizer = tokenizer
-
-    def generate(self, prompts: list[str], batch_size: int) -> Iterator[list[Generated]]:
-        lora = None
-        if self.adapter:
-            from vllm.lora.request import LoRARequest
-
-            lora = LoRARequest("trained", 1, self.adapter)
-        # Chunks keep the per-problem file growing during a long run; vLLM schedules within each chunk.
-        chunk = max(batch_size, 256)
-        for start in range(0, len(prompts), chunk):
-            outputs = self.llm.generate(prompts[start : start + chunk], self.params, lora_request=lora, use_tqdm=False)
-            yield [
-                Generated(start + k, out.outputs[0].text, len(out.outputs[0].token_ids))
-                for k, out in enumerate(outputs)
-            ]

@@ -20,8 +20,15 @@ class EvalDisplay:
         self.console = console
         self.progress: Progress | None = None
 
-    def start(self, label: str, total: int, done: list[dict[str, Any]], unscorable: int = 0) -> None:
+    def note(self, line: str) -> None:
+        self.console.print(line, highlight=False)
+
+    def start(
+        self, label: str, total: int, done: list[dict[str, Any]], unscorable: int = 0, engine: str | None = None
+    ) -> None:
         self.label, self.total = label, total
+        if engine:
+            self.console.print(f"{label}: generating with {engine}", highlight=False)
         if unscorable:
             self.console.print(
                 f"{label}: left out {unscorable} problem(s) that cannot be scored (no question, or no "
