@@ -185,6 +185,8 @@ def _generation_terms(recipe: Recipe, arch: Architecture, device: str, w: int, p
             "one layer's cache copy on growth + one layer's prefill activations + float32 scores",
         )
     )
+    if recipe.grpo.use_vllm:  # vLLM samples in its own memory: its cache and transients are not the trainer's
+        terms = []
     if recipe.grpo.beta > 0 or recipe.grpo.num_iterations > 1:
         # After sampling, TRL scores the batch without grad (reference and/or old-policy log-probs) in
         # micro-batches of B: one layer's activations and the head's tile at a time.
@@ -204,7 +206,7 @@ def _generation_terms(recipe: Recipe, arch: Architecture, device: str, w: int, p
                 + (" + float32 temporaries" if device == "cpu" else ""),
             )
         )
-    if recipe.grpo.use_vllm:
+    if recipe.grpo.use_vllm and device != "cpu":  # on a CPU: static terms (vllm_memory.py)
         terms.append(
             Term(
                 "vLLM reservation",

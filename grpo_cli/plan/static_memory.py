@@ -66,6 +66,10 @@ def static_terms(recipe: Recipe, arch: Architecture, device: str, w: int) -> lis
         )
     )
     terms.append(_optimizer_states(recipe, arch, device, trainable, param_bytes))
+    if recipe.grpo.use_vllm and device == "cpu":
+        from grpo_cli.plan.vllm_memory import vllm_cpu_terms
+
+        terms += vllm_cpu_terms(recipe, arch, w)
     return terms
 
 
