@@ -31,6 +31,13 @@ def check_writable_file(path: Path, force: bool = False, flag: str = "--force") 
 def check_writable_dir(directory: Path, create: bool = True) -> None:
     """`directory` exists as a writable folder, or (with `create`) can be made: every existing ancestor is a
     folder we may write into."""
+    name_max = _name_max(directory)
+    too_long = [part for part in directory.parts if len(os.fsencode(part)) > name_max]
+    if too_long:
+        raise UserError(
+            f"{too_long[0][:40]}...({len(os.fsencode(too_long[0]))} bytes) is longer than the file system allows for "
+            f"a name ({name_max} bytes); choose a shorter name"
+        )
     existing = directory
     while not existing.exists() and existing != existing.parent:
         if not create:
@@ -40,6 +47,18 @@ def check_writable_dir(directory: Path, create: bool = True) -> None:
         raise UserError(f"{existing} is a file, so {directory} cannot be a folder; choose another path")
     if not os.access(existing, os.W_OK | os.X_OK):
         raise UserError(f"cannot write into {existing} (permission denied); choose another path")
+
+
+def _name_max(directory: Path) -> int:
+    """The longest file name the file system holding `directory` allows (255 bytes on Linux and macOS file
+    systems)."""
+    for folder in directory.parents:
+        try:
+            if folder.is_dir():
+                return os.pathconf(folder, "PC_NAME_MAX")
+        except (OSError, ValueError, AttributeError):  # a name too long on the way, no pathconf (Windows), no answer
+            continue
+    return 255
 
 
 @dataclass

@@ -3,6 +3,8 @@ and an exit code."""
 
 from __future__ import annotations
 
+import errno
+import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -37,3 +39,18 @@ def user_errors() -> Iterator[None]:
         for problem in exc.problems:
             typer.echo(str(problem), err=True)
         raise typer.Exit(exc.exit_code) from None
+    except OSError as exc:
+        # A name the user chose (a run name, --output, a file argument) longer than the file system allows: the
+        # same mistake whichever command meets it first, so it is turned into its line here, once.
+        if exc.errno != errno.ENAMETOOLONG:
+            raise
+        typer.echo(_too_long_line(exc.filename), err=True)
+        raise typer.Exit(2) from None
+
+
+def _too_long_line(path) -> str:
+    """The one line for a path with a component longer than the file system allows (usually 255 bytes)."""
+    parts = Path(os.fsdecode(path or "")).parts
+    longest = max(parts, key=lambda part: len(os.fsencode(part)), default="")
+    shown = f"{longest[:40]}...({len(os.fsencode(longest))} bytes)" if len(longest) > 40 else longest or "a file name"
+    return f"{shown} is longer than the file system allows for a name; choose a shorter name"

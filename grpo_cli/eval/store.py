@@ -51,6 +51,7 @@ class PredictionStore:
                     f"{directory} holds an evaluation with other settings ({detail}); "
                     "choose another --output, or delete that directory to start over"
                 )
+        _refuse_read_only(directory)
         self.records, self._good_bytes = self._read()
         try:
             directory.mkdir(parents=True, exist_ok=True)
@@ -91,6 +92,17 @@ class PredictionStore:
         self._good_bytes = self.path.stat().st_size
         for record in batch:
             self.records[record["index"]] = record
+
+
+def _refuse_read_only(directory: Path) -> None:
+    """Every run writes here (new records, summary.json), a finished one included: a folder or file that cannot be
+    written is refused before any model loads, not met as a traceback at the end."""
+    for path in [directory, *(directory / name for name in sorted(OWN_FILES))]:
+        if path.exists() and not os.access(path, os.W_OK):
+            raise UserError(
+                f"{path} is read-only and grpo eval writes its results there; make it writable (chmod -R u+w "
+                f"{directory}) or choose another --output; nothing was changed"
+            )
 
 
 def _record(line: bytes) -> dict[str, Any] | None:

@@ -44,12 +44,17 @@ def checkpoint_problem(folder: Path) -> str | None:
     ]
     if not weights and not any(folder.glob("global_step*")):
         return "no model weights"
-    for file in weights:
-        if file.suffix == ".safetensors" and not _safetensors_whole(file):
-            return f"{file.name} is cut short or damaged"
+    damaged = cut_short_weights(folder)
+    if damaged is not None:
+        return f"{damaged.name} is cut short or damaged"
     if not (folder / "optimizer.pt").is_file() and not any(folder.glob("global_step*")):
         return "no optimizer.pt (its save was interrupted)"
     return None
+
+
+def cut_short_weights(folder: Path) -> Path | None:
+    """The first .safetensors file in `folder` that is not whole (a save or a copy cut short), or None."""
+    return next((file for file in sorted(folder.glob("*.safetensors")) if not _safetensors_whole(file)), None)
 
 
 def _safetensors_whole(file: Path) -> bool:
@@ -168,7 +173,7 @@ def _refuse_losing_another_run(recipe: Recipe, run_dir: Path, skipped: list[str]
         return
     try:
         saved = _saved_recipe(run_dir)
-    except (OSError, UnicodeDecodeError, yaml.YAMLError):
+    except UserError:
         saved = "unreadable"
     now = yaml.safe_load(yaml.safe_dump(_resolved(recipe), sort_keys=False))
     if saved == now:
@@ -205,9 +210,22 @@ def _ours(path: Path) -> bool:
 
 
 def _saved_recipe(run_dir: Path) -> dict | None:
-    """The resolved recipe the run directory was last started with, as written (None: there is none)."""
+    """The resolved recipe the run directory was last started with, as written (None: there is none); one line
+    when it no longer reads as a recipe, since without it a checkpoint cannot be checked against the recipe."""
     saved_file = run_dir / RECIPE_FILE
-    return (yaml.safe_load(saved_file.read_text(encoding="utf-8")) or {}) if saved_file.is_file() else None
+    try:
+        saved = (yaml.safe_load(saved_file.read_text(encoding="utf-8")) or {}) if saved_file.is_file() else None
+        reason = f"holds a {type(saved).__name__}, not a recipe"
+    except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
+        saved, mark = "", getattr(exc, "problem_mark", None)
+        reason = f"does not parse{f' (line {mark.line + 1})' if mark else ''}: {getattr(exc, 'problem', exc)}"
+    if saved is None or isinstance(saved, dict):
+        return saved
+    raise UserError(
+        f"{reason}; it is the recipe this run was trained with, needed to check that your recipe still fits its "
+        "checkpoints: restore it, or train into another directory (training.output_dir=runs/new_name)",
+        source=str(saved_file),
+    )
 
 
 def _refuse_shape_change(recipe: Recipe, run_dir: Path) -> None:

@@ -1,0 +1,127 @@
+"""What a finished run or evaluation meets on disk, driven through the real CLI on a tiny model: weights cut short, a
+run's own recipe.yaml that no longer parses, a read-only evaluation folder, a name longer than the file system
+allows. Each is one line naming the file, exit 2, no
+traceback, and nothing the user had is changed."""
+
+from __future__ import annotations
+
+import os
+import shlex
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from conftest import fails_cleanly, write_recipe
+from grpo_cli.cli import app
+
+runner = CliRunner()
+EVAL = ["--data", "generated", "--limit", "2", "--max-new-tokens", "4"]
+
+
+@pytest.fixture(scope="module")
+def lora_run(tmp_path_factory, tiny_llama) -> Path:
+    """A finished two-step LoRA run with a checkpoint at each step; tests damage copies of it."""
+    root = tmp_path_factory.mktemp("lora-run")
+    recipe = write_recipe(root, tiny_llama, lora={"r": 4, "dropout": 0.0}, training={"max_steps": 2})
+    result = runner.invoke(app, ["train", str(recipe)])
+    assert result.exit_code == 0, result.output
+    return root
+
+
+def copy_of(run_root: Path, tmp_path: Path) -> Path:
+    """The run (and the recipe beside it) copied to `tmp_path`; the recipe then points at the copy."""
+    shutil.copytree(run_root, tmp_path, dirs_exist_ok=True)
+    recipe = tmp_path / "recipe.yaml"
+    recipe.write_text(recipe.read_text().replace(str(run_root / "run"), str(tmp_path / "run")))
+    return tmp_path / "run"
+
+
+def cut_short(file: Path) -> None:
+    data = file.read_bytes()
+    file.write_bytes(data[: len(data) // 2])
+
+
+def test_a_cut_short_adapter_in_a_checkpoint_is_named_by_eval(tmp_path, lora_run):
+    run_dir = copy_of(lora_run, tmp_path)
+    cut_short(run_dir / "checkpoint-1" / "adapter_model.safetensors")
+    result = runner.invoke(app, ["eval", "--run", str(run_dir / "checkpoint-1"), *EVAL])
+    line = fails_cleanly(result, "checkpoint-1/adapter_model.safetensors", "cut short")
+    assert f"--run {run_dir}/checkpoint-N" in line
+    assert not (run_dir / "eval").exists()
+
+
+def test_a_cut_short_adapter_is_named_by_export_and_nothing_is_written(tmp_path, lora_run):
+    run_dir = copy_of(lora_run, tmp_path)
+    cut_short(run_dir / "final" / "adapter_model.safetensors")
+    result = runner.invoke(app, ["export", str(run_dir), "--merge", str(tmp_path / "merged")])
+    fails_cleanly(result, "final/adapter_model.safetensors", "cut short", "restore it")
+    assert not (tmp_path / "merged").exists()
+    evaluated = runner.invoke(app, ["eval", "--run", str(run_dir), *EVAL])  # the finished model, as eval reads it
+    fails_cleanly(evaluated, "final/adapter_model.safetensors", "cut short")
+
+
+@pytest.mark.parametrize(
+    "text, words",
+    [
+        ("name: [cut\nmodel: {name: x", ["does not parse (line 2)", "expected"]),
+        ("- a\n- list\n", ["holds a list, not a recipe"]),
+    ],
+)
+def test_a_runs_own_recipe_that_no_longer_parses_is_named_on_resume(tmp_path, lora_run, text, words):
+    run_dir = copy_of(lora_run, tmp_path)
+    (run_dir / "recipe.yaml").write_text(text)
+    before = sorted(p.name for p in run_dir.iterdir())
+    result = runner.invoke(app, ["train", str(tmp_path / "recipe.yaml"), "--resume"])
+    line = fails_cleanly(result, f"{run_dir / 'recipe.yaml'}: ", *words, "restore it")
+    assert line.startswith(str(run_dir / "recipe.yaml"))
+    assert sorted(p.name for p in run_dir.iterdir()) == before and (run_dir / "recipe.yaml").read_text() == text
+
+
+def test_rerunning_a_finished_evaluation_in_a_read_only_folder_is_one_line(tmp_path, tiny_llama):
+    out = tmp_path / "eval"
+    command = ["eval", "--model", str(tiny_llama), *EVAL, "--output", str(out), "model.dtype=float32"]
+    first = runner.invoke(app, command)
+    assert first.exit_code == 0, first.output
+    saved = {p.name: p.read_bytes() for p in out.iterdir()}
+    code, output = rerun_read_only(out, command)
+    assert code == 2 and "Traceback" not in output, output
+    line = output.strip().splitlines()[-1]
+    assert str(out) in line and "read-only" in line and "another --output" in line, line
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == saved
+
+
+def rerun_read_only(folder: Path, command: list[str]) -> tuple[int, str]:
+    """`grpo COMMAND` with `folder` read-only: by chmod, or for root (whose writes chmod does not stop) through a
+    read-only bind mount of it in a private mount namespace, where the kernel refuses every write (EROFS)."""
+    if os.geteuid() != 0:
+        for path in [*folder.iterdir(), folder]:
+            path.chmod(0o555 if path.is_dir() else 0o444)
+        try:
+            result = runner.invoke(app, command)
+        finally:
+            folder.chmod(0o755)
+        return result.exit_code, result.output
+    mount = f"mount --bind {shlex.quote(str(folder))} {shlex.quote(str(folder))} && "
+    mount += f"mount -o remount,bind,ro {shlex.quote(str(folder))}"
+    namespace = ["unshare", "-m", "--propagation", "private", "sh", "-c"]
+    if not shutil.which("unshare") or subprocess.run([*namespace, mount], capture_output=True).returncode:
+        pytest.skip("running as root without mount namespaces: chmod does not stop root's writes")
+    run = f"{mount} && exec {shlex.quote(sys.executable)} -m grpo_cli {shlex.join(command)}"
+    proc = subprocess.run([*namespace, run], capture_output=True, text=True, timeout=600)
+    return proc.returncode, proc.stdout + proc.stderr
+
+
+def test_a_name_longer_than_the_file_system_allows_is_one_line(tmp_path, tiny_llama, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # the run would go to runs/<name> here
+    long = "r" * 300
+    recipe = write_recipe(tmp_path, tiny_llama, training={"output_dir": None})
+    trained = runner.invoke(app, ["train", str(recipe), f"name={long}"])
+    fails_cleanly(trained, "training.output_dir", "(300 bytes) is longer than the file system allows")
+    command = ["eval", "--model", str(tiny_llama), *EVAL, "--output", str(tmp_path / long)]
+    line = fails_cleanly(runner.invoke(app, command), "(300 bytes) is longer than the file system allows")
+    assert len(line) < 200
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["recipe.yaml"]  # nothing was created
