@@ -1,6 +1,6 @@
 """What a finished run or evaluation meets on disk, driven through the real CLI on a tiny model: weights cut short, a
 run's own recipe.yaml that no longer parses, a read-only evaluation folder, a name longer than the file system
-allows. Each is one line naming the file, exit 2, no
+allows, evaluation records of other problems than the data holds. Each is one line naming the file, exit 2, no
 traceback, and nothing the user had is changed."""
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from conftest import fails_cleanly, write_recipe
+from conftest import fails_cleanly, write_jsonl, write_recipe
 from grpo_cli.cli import app
 
 runner = CliRunner()
@@ -125,3 +125,25 @@ def test_a_name_longer_than_the_file_system_allows_is_one_line(tmp_path, tiny_ll
     line = fails_cleanly(runner.invoke(app, command), "(300 bytes) is longer than the file system allows")
     assert len(line) < 200
     assert sorted(p.name for p in tmp_path.iterdir()) == ["recipe.yaml"]  # nothing was created
+
+
+def test_records_of_other_problems_are_never_counted_on_resume(tmp_path, tiny_llama):
+    """The data file replaced at the same path after an evaluation: its records are of other problems, so the rerun
+    counts none of them and says what to do, instead of reporting the old file's results as the new one's."""
+    data = tmp_path / "problems.jsonl"
+    rows = [
+        {"question": f"Ava has {n} apples and buys 2 more. How many now?", "answer": f"#### {n + 2}"} for n in range(4)
+    ]
+    write_jsonl(rows, data)
+    out = tmp_path / "eval"
+    command = ["eval", "--model", str(tiny_llama), "--data", str(data), "--max-new-tokens", "4", "--output", str(out)]
+    first = runner.invoke(app, [*command, "model.dtype=float32"])
+    assert first.exit_code == 0, first.output
+    kept = (out / "predictions.jsonl").read_bytes()
+    write_jsonl(
+        rows[:2] + [{"question": "Bo has 9 pens and loses 4. How many now?", "answer": "#### 5"}] + rows[3:], data
+    )
+    again = runner.invoke(app, [*command, "model.dtype=float32"])
+    line = fails_cleanly(again, "1 of the 4 records", "other problems", "problem 2", "another --output", str(out))
+    assert "delete" in line
+    assert (out / "predictions.jsonl").read_bytes() == kept

@@ -98,7 +98,7 @@ def evaluate(recipe: Recipe, target: Target, output: Path, display=None, engine:
 
         check_tool_template(load_tokenizer(model_recipe), target.model)
     choice = choose_engine(engine, recipe, target.adapter, uses_tools(recipe))  # its errors come before any file
-    store = PredictionStore(output, settings_of(recipe, target, compute_dtype(recipe)))
+    store = PredictionStore(output, settings_of(recipe, target, compute_dtype(recipe)), problems)
     todo = [p for p in problems if p.index not in store.records]
     wall, new_tokens, engine_used = 0.0, 0, None
     if todo:

@@ -32,7 +32,8 @@ def refuse_foreign(directory: Path, own: set[str], what: str) -> None:
 class PredictionStore:
     """predictions.jsonl + settings.json in one output directory; appends, never rewrites a scored problem."""
 
-    def __init__(self, directory: Path, settings: dict[str, Any]):
+    def __init__(self, directory: Path, settings: dict[str, Any], problems: list | None = None):
+        """`problems`: the evaluation's problems (eval/problems.py), which the records found must be records of."""
         self.directory = directory
         self.path = directory / PREDICTIONS_FILE
         refuse_foreign(directory, OWN_FILES, "grpo eval")
@@ -53,6 +54,8 @@ class PredictionStore:
                 )
         _refuse_read_only(directory)
         self.records, self._good_bytes = self._read()
+        if problems is not None:
+            _refuse_other_problems(self.path, self.records, problems)
         try:
             directory.mkdir(parents=True, exist_ok=True)
             if not settings_file.is_file():
@@ -92,6 +95,26 @@ class PredictionStore:
         self._good_bytes = self.path.stat().st_size
         for record in batch:
             self.records[record["index"]] = record
+
+
+def _refuse_other_problems(path: Path, records: dict[int, dict[str, Any]], problems: list) -> None:
+    """A record is resumed by its index only when it holds that problem's question and gold answer: after the data
+    file was replaced at the same path, or in a folder of another file's evaluation, the records found belong to
+    other problems and none of them may be counted as these."""
+    by_index = {p.index: p for p in problems}
+    other = [
+        index
+        for index, record in sorted(records.items())
+        if index in by_index
+        and (record.get("question"), record.get("gold")) != (by_index[index].question, by_index[index].gold)
+    ]
+    if other:
+        raise UserError(
+            f"{len(other)} of the {len(records)} records in {path} are of other problems than the data now holds at "
+            f"their place (the first: problem {other[0]}): the data changed after they were scored, or the folder "
+            f"is another file's evaluation; nothing was counted or changed: choose another --output, or delete "
+            f"{path.parent} to start again"
+        )
 
 
 def _refuse_read_only(directory: Path) -> None:
