@@ -73,11 +73,13 @@ def run_preflight(
     skip_unused_bitsandbytes(recipe)  # before torch and the libraries below decide whether it is installed
     import torch
 
+    from grpo_cli.errors import UserError
     from grpo_cli.plan import architectures
     from grpo_cli.plan.gpus import gpu_for
     from grpo_cli.plan.memory import memory_plan
     from grpo_cli.preflight.measure import measure_steps
     from grpo_cli.preflight.sampling import default_prompt_count, sample_groups
+    from grpo_cli.tools.guard import EnvironmentFailure
 
     gpu_label, gpu_bytes = gpu_for(recipe, gpu_spec)
     arch = architectures.resolve(recipe)
@@ -92,7 +94,10 @@ def run_preflight(
         )
         warmup = time_warmup(isolated, work, steps, show) if recipe.warmup is not None else None
         groups = sample_groups(isolated, prompts or default_prompt_count(recipe), show)  # from the model as it starts
-        measured = measure_steps(isolated, work, steps, show)
+        try:
+            measured = measure_steps(isolated, work, steps, show)
+        except EnvironmentFailure as failure:  # the run would stop on it too (train/run.py)
+            raise UserError(f"{failure}; fix the environment and run the same command again", "environment") from None
 
     planned = memory_plan(measured.recipe, arch, measured.device)
     if gpu_bytes is None and measured.device == "cuda":

@@ -18,7 +18,9 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from grpo_cli.errors import UserError
 from grpo_cli.tools.calls import call_name, figures, transcript
+from grpo_cli.tools.guard import EnvironmentFailure
 from rewards.answers import completion_text
 
 CHUNK_BATCHES = 2  # problems per chunk = batch size x this
@@ -91,7 +93,12 @@ class ToolLoop:
             from grpo_cli.tools.registry import environment_methods
 
             environment = self.environment_factory()
-            observation = environment.reset(**{k: v for k, v in example.items() if k != "index"})
+            try:
+                observation = environment.reset(**{k: v for k, v in example.items() if k != "index"})
+            except EnvironmentFailure as failure:  # the problems already finished are kept
+                raise UserError(
+                    f"{failure}; fix the environment and run the same command again", "environment"
+                ) from None
             if isinstance(observation, str):
                 messages[-1] = {**messages[-1], "content": messages[-1]["content"] + observation}
             tools += [getattr(environment, name) for name, _ in environment_methods(type(environment))]

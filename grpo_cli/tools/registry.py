@@ -8,9 +8,12 @@ is missing, instead of as a traceback from inside the trainer.
 
 from __future__ import annotations
 
+import asyncio
 import difflib
 import functools
 import inspect
+import math
+import numbers
 from collections.abc import Callable
 from typing import Any
 
@@ -39,8 +42,17 @@ def resolve_tool(name: str) -> Callable[..., Any]:
             "package.module:function or path/to/file.py:function"
         )
     func = _attribute(name, "tool")
-    if inspect.isclass(func) or not callable(func):
-        raise ToolLookupError(f"`{name}` is not a function; a tool is a plain (or async) function")
+    if isinstance(func, functools.partial):
+        # TRL finds a called tool by `__name__` and describes it from its own signature and docstring: a partial
+        # has neither
+        raise ToolLookupError(
+            f"`{name}` is a functools.partial, not a function; define a function with type hints and a docstring "
+            "that calls it, and name that function"
+        )
+    if not inspect.isroutine(func):
+        raise ToolLookupError(
+            f"`{name}` is a {type(func).__name__}, not a function; a tool is a plain (or async) function"
+        )
     return func
 
 
@@ -109,30 +121,81 @@ def guarded_tools(specs) -> list[Callable[..., Any]]:
     return [guard_tool(resolve_tool(spec.name), spec.timeout_s, spec.max_result_chars) for spec in specs]
 
 
-def guarded_environment(spec) -> Callable[[], Any]:
+def guarded_environment(spec, warn: Callable[[str], None] = print) -> Callable[[], Any]:
     """TRL's `environment_factory`: a subclass of the user's environment whose tool methods run behind the guard and
-    whose `reset` / `get_reward` stop the run with one line (not a traceback) when they fail."""
+    whose `reset` / `get_reward` stop the run with one line (not a traceback) when they fail or return what TRL
+    cannot use; a NaN or infinite reward counts as not judged (None), with one warning."""
     cls = resolve_environment(spec.name)
     namespace: dict[str, Any] = {
         n: guard_tool(m, spec.timeout_s, spec.max_result_chars) for n, m in environment_methods(cls)
     }
+    checks = {"reset": _reset_result, "get_reward": _RewardResult(warn)}
     for hook in ENVIRONMENT_HOOKS:
         if callable(getattr(cls, hook, None)):
-            namespace[hook] = _guarded_hook(getattr(cls, hook), f"environment `{spec.name}`: {hook}", spec.timeout_s)
+            label = f"environment `{spec.name}`: {hook}"
+            namespace[hook] = _guarded_hook(getattr(cls, hook), label, spec.timeout_s, checks[hook])
     guarded = type(cls.__name__, (cls,), namespace)
     return functools.partial(guarded, **spec.kwargs) if spec.kwargs else guarded
 
 
-def _guarded_hook(method: Callable[..., Any], label: str, timeout_s: float | None) -> Callable[..., Any]:
+def _guarded_hook(method: Callable[..., Any], label: str, timeout_s: float | None, check) -> Callable[..., Any]:
+    if inspect.iscoroutinefunction(method):  # an async get_reward (an LLM judge): TRL awaits it on its event loop
+
+        @functools.wraps(method)
+        async def async_hook(self, *args, **kwargs):
+            try:
+                result = await asyncio.wait_for(method(self, *args, **kwargs), timeout_s)
+            except asyncio.TimeoutError:
+                raise EnvironmentFailure(f"{label} took longer than {timeout_s or 0:g} s") from None
+            except Exception as exc:
+                raise EnvironmentFailure(f"{label} raised {type(exc).__name__}: {str(exc)[:200]}") from None
+            return check(result, label)
+
+        return async_hook
+
     @functools.wraps(method)
     def hook(self, *args, **kwargs):
         try:
             with time_limit(timeout_s, f"{label} took longer than {timeout_s or 0:g} s"):
-                return method(self, *args, **kwargs)
+                result = method(self, *args, **kwargs)
         except Exception as exc:
             raise EnvironmentFailure(f"{label} raised {type(exc).__name__}: {str(exc)[:200]}") from None
+        return check(result, label)
 
     return hook
+
+
+def _reset_result(result: Any, label: str) -> str | None:
+    """TRL appends what reset returns to the prompt's last message: text, or None for nothing."""
+    if result is None or isinstance(result, str):
+        return result
+    raise EnvironmentFailure(
+        f"{label} returned {result!r:.60} ({type(result).__name__}); return the text to add to the prompt, or None"
+    )
+
+
+class _RewardResult:
+    """get_reward's value as TRL can use it: a number or None; NaN and infinity become None, warned about once."""
+
+    def __init__(self, warn: Callable[[str], None]):
+        self.warn, self.warned = warn, False
+
+    def __call__(self, result: Any, label: str) -> float | None:
+        if result is None:
+            return None
+        if not isinstance(result, numbers.Real):
+            raise EnvironmentFailure(
+                f"{label} returned {result!r:.60} ({type(result).__name__}); return one number (or None) per rollout"
+            )
+        if math.isfinite(result):
+            return float(result)
+        if not self.warned:
+            self.warned = True
+            self.warn(
+                f"warning: {label} returned {result}; that rollout counts as not judged (None), as will any later "
+                "one (this warning is shown once)"
+            )
+        return None
 
 
 def tool_names(tools, environment) -> set[str]:

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
 from rich.console import Console
@@ -52,7 +53,8 @@ def train(recipe: Recipe, resume: bool = False, console: Console | None = None) 
     check_runtime(recipe)
     early = early_examples(recipe, resume)  # a bad warm-up source is refused before anything is written
     checkpoint = _start(recipe, resume, console)
-    reward_funcs = guarded_rewards(recipe, warn=lambda line: console.print(line, style="yellow", highlight=False))
+    warn = partial(console.print, style="yellow", highlight=False)
+    reward_funcs = guarded_rewards(recipe, warn=warn)
     console.print(
         f"[bold]grpo train[/] {recipe.run_name}: {recipe.method} on {recipe.model.name} "
         f"({precision_label(recipe)}) -> {recipe.output_dir}"
@@ -64,7 +66,7 @@ def train(recipe: Recipe, resume: bool = False, console: Console | None = None) 
         return TrainResult(recipe.output_dir, 0, True, None, [])
     interrupt = InterruptCallback()
     trainer, prepared = build_trainer(
-        recipe, recipe.output_dir, [interrupt], reward_funcs, start_weights=start.final_dir
+        recipe, recipe.output_dir, [interrupt], reward_funcs, warn=warn, start_weights=start.final_dir
     )
     for line in prepared.report(recipe):
         console.print(line, highlight=False)

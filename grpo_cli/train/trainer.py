@@ -14,11 +14,13 @@ def build_trainer(
     callbacks: list | None = None,
     reward_funcs: list | None = None,
     tokenizer=None,
+    warn=print,
     start_weights: Path | None = None,
 ):
     """The single, explicit mapping of a validated recipe onto TRL's GRPOTrainer. `tokenizer`: one the caller
-    loaded already, since a second copy stays resident beside the first (benchmarks/cpu_memory.txt);
-    `start_weights`: the adapter (or model) GRPO starts from, the warm-up's or lora.adapter's (start_weights.py)."""
+    loaded already, since a second copy stays resident beside the first (benchmarks/cpu_memory.txt); `warn`: where
+    an environment's warnings go; `start_weights`: the adapter (or model) GRPO starts from, the warm-up's or
+    lora.adapter's (start_weights.py)."""
     from transformers import PrinterCallback
     from trl import GRPOConfig
 
@@ -30,7 +32,7 @@ def build_trainer(
     quiet_libraries()
     trl_seams.check()  # before anything loads: a TRL without a name grpo relies on stops here, named
     tokenizer = tokenizer or models.load_tokenizer(recipe)
-    tools, environment_factory = _tools(recipe, tokenizer)
+    tools, environment_factory = _tools(recipe, tokenizer, warn)
     prepared = data.prepare(recipe.data, tokenizer, seed=recipe.training.seed, tools=tools)
     prepared.check_enough(recipe)  # before the model loads: too few usable rows for one step is refused here
     on_cpu, mixed = _precision_here(recipe)
@@ -81,7 +83,7 @@ def _load_model(recipe: Recipe, on_cpu: bool, mixed: str):
     return models.load_model(recipe, planned_dtype(recipe, mixed))
 
 
-def _tools(recipe: Recipe, tokenizer) -> tuple[list | None, object | None]:
+def _tools(recipe: Recipe, tokenizer, warn) -> tuple[list | None, object | None]:
     """The recipe's tools and environment factory, behind their guards, once the template is known to carry them."""
     if not recipe.tools and recipe.environment is None:
         return None, None
@@ -89,7 +91,7 @@ def _tools(recipe: Recipe, tokenizer) -> tuple[list | None, object | None]:
     from grpo_cli.tools.template import check_tool_template
 
     check_tool_template(tokenizer, recipe.model.name)
-    environment = guarded_environment(recipe.environment) if recipe.environment is not None else None
+    environment = guarded_environment(recipe.environment, warn) if recipe.environment is not None else None
     return guarded_tools(recipe.tools), environment
 
 
