@@ -1,9 +1,11 @@
 """User tools and environments that misbehave, driven through the real CLI on the tiny tool model: a tool that is not
 a plain function, an environment whose reset raises or returns what TRL cannot use, whose get_reward returns text or
-a list, or NaN. Each is one line naming the entry and what to do, exit 2, no traceback; NaN is a warning."""
+a list, or NaN. Each is one line naming the entry and what to do, exit 2, no traceback; NaN is a warning. User code
+that prints keeps off stdout under --json, which carries the document alone."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -89,3 +91,31 @@ def test_a_nan_reward_from_an_environment_is_warned_and_not_judged(tmp_path, too
     warnings = [line for line in result.output.splitlines() if "get_reward returned nan" in line]
     assert len(warnings) == 1 and "not judged" in warnings[0], result.output
     assert (tmp_path / "run" / "final").is_dir()
+
+
+def test_user_code_that_prints_keeps_off_the_json_document(tmp_path, tool_model):
+    recipe = write_recipe(
+        tmp_path,
+        tool_model,
+        data={"source": "generated", "limit": 16, "system_prompt": SYSTEM},
+        tools=[{"name": f"{ASSETS / 'faulty_tools.py'}:chatty"}],
+        grpo={"num_generations": 2, "max_completion_length": 96, "max_tool_calling_iterations": 2},
+        eval={"source": "generated", "max_new_tokens": 96, "batch_size": 4},
+    )
+    result = runner.invoke(app, ["eval", str(recipe), "--limit", "6", "--output", str(tmp_path / "eval"), "--json"])
+    assert result.exit_code == 0, result.output
+    assert "chatty tool: computing" in result.stderr  # the tiny model calls it on some problems
+    assert json.loads(result.stdout)["results"][0]["problems"] == 6  # stdout is the document alone
+
+
+def test_a_reward_that_prints_keeps_off_the_preflight_json_document(tmp_path, tiny_llama):
+    (tmp_path / "loud.py").write_text(
+        "def score(completions=None, **kw):\n"
+        "    print('scoring', len(completions))\n"
+        "    return [0.0] * len(completions)\n"
+    )
+    recipe = write_recipe(tmp_path, tiny_llama, rewards=[{"name": f"{tmp_path / 'loud.py'}:score"}])
+    result = runner.invoke(app, ["preflight", str(recipe), "--json", "--prompts", "2"])
+    assert result.exit_code == 0, result.output
+    assert "scoring" in result.stderr
+    assert "scoring" not in result.stdout and isinstance(json.loads(result.stdout), dict)

@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import errno
 import os
+import sys
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext, redirect_stdout
 from pathlib import Path
 from typing import Annotated
 
@@ -31,10 +32,13 @@ OverridesArg = Annotated[
 
 
 @contextmanager
-def user_errors() -> Iterator[None]:
-    """Turn a user's mistake into one line per problem and exit code 2, never a traceback."""
+def user_errors(json_document: bool = False) -> Iterator[None]:
+    """Turn a user's mistake into one line per problem and exit code 2, never a traceback. With `json_document`
+    (--json), stdout is kept for the document the command prints afterwards: whatever prints while it works (a
+    user's reward, tool or environment) goes to stderr."""
     try:
-        yield
+        with redirect_stdout(sys.stderr) if json_document else nullcontext():
+            yield
     except UserError as exc:
         for problem in exc.problems:
             typer.echo(str(problem), err=True)

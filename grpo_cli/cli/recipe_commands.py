@@ -99,7 +99,7 @@ def plan(
     from grpo_cli.plan.view import budget_notes, plan_json, print_plan
     from grpo_cli.recipe.validation import load_recipe
 
-    with user_errors():
+    with user_errors(as_json):
         loaded = load_recipe(recipe, overrides, scope="plan")
         result = plan_recipe(loaded, gpu, device, ram)
     notes = budget_notes(loaded)
@@ -142,7 +142,7 @@ def preflight(
     from grpo_cli.recipe.validation import load_recipe
 
     console = Console(stderr=True)
-    with user_errors():
+    with user_errors(as_json):
         loaded = load_recipe(recipe, overrides, scope="preflight")
         quiet_libraries()
         with PhaseLines(console, "loading the model...") as show:

@@ -82,7 +82,7 @@ def evaluate(
     }
     request = EvalRequest(recipe, overrides, run, compare_run, base_dir, model, adapter, options, output, engine)
     console = Console(stderr=as_json)
-    with user_errors():
+    with user_errors(as_json):
         outcome = run_eval(request, EvalDisplay(console))
     if as_json:
         typer.echo(json.dumps(outcome_json(outcome), indent=2))

@@ -1,5 +1,5 @@
 """Tools that present themselves exactly as the built-in calculator (the tool the tiny tool model was taught to call,
-with the same description) and misbehave in each way a guard must absorb."""
+with the same description) and misbehave in each way a guard must absorb, or print."""
 
 import time
 
@@ -19,5 +19,10 @@ def flooding(expression: str) -> str:
     return "9" * 10_000_000
 
 
-for _tool in (raising, hanging, flooding):
+def chatty(expression: str) -> str:
+    print(f"chatty tool: computing {expression}")
+    return calculator(expression)
+
+
+for _tool in (raising, hanging, flooding, chatty):
     _tool.__name__, _tool.__doc__ = "calculator", calculator.__doc__
