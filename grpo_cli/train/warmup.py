@@ -17,7 +17,14 @@ from rich.console import Console
 from grpo_cli.errors import UserError
 from grpo_cli.recipe.schema import Recipe
 from grpo_cli.recipe.warmup_section import SELF
-from grpo_cli.runs.layout import FINAL_DIR, RECIPE_FILE, WARMUP_DIR, WARMUP_EXAMPLES_FILE, WARMUP_SOURCE_FILE
+from grpo_cli.runs.layout import (
+    FINAL_DIR,
+    METRICS_FILE,
+    RECIPE_FILE,
+    WARMUP_DIR,
+    WARMUP_EXAMPLES_FILE,
+    WARMUP_SOURCE_FILE,
+)
 from grpo_cli.train.warmup_examples import WarmupExamples, training_examples
 
 # What decides which examples the warm-up trains on: examples kept from an earlier attempt are reused only while
@@ -195,7 +202,10 @@ def _train(recipe: Recipe, folder: Path, setup: WarmupSetup, examples: WarmupExa
         )
         return True
     _save(trainer, setup.tokenizer, folder / FINAL_DIR)
-    losses = [r["loss"] for r in display.history if r.get("loss") is not None]
+    from grpo_cli.files import read_jsonl
+
+    logged = read_jsonl(folder / METRICS_FILE, required=("step",)).rows  # every attempt's steps, resumed or not
+    losses = [r["loss"] for r in logged if r.get("loss") is not None]
     shown = f", loss {losses[0]:.3g} -> {losses[-1]:.3g}" if losses else ""
     console.print(f"warm-up finished: {trainer.state.global_step} steps{shown}; saved to {folder / FINAL_DIR}")
     return False
