@@ -6,7 +6,7 @@ from pathlib import Path
 
 from grpo_cli.errors import UserError
 from grpo_cli.files import check_writable_file, read_jsonl
-from grpo_cli.runs.layout import METRICS_FILE, REPORT_FILE, reward_keys
+from grpo_cli.runs.layout import METRICS_FILE, REPORT_FILE, WARMUP_DIR, reward_keys
 
 TOOL_KEYS = ("tools/call_frequency", "tools/failure_frequency", "tools/malformed_frequency")
 
@@ -38,8 +38,8 @@ def panels_for(rows: list[dict]) -> list[tuple[str, list[str]]]:
 
 
 def plot_run(run_dir: Path, output: Path | None = None, warn=None) -> Path:
-    """Write the PNG (reward total and per reward; KL when beta > 0; completion length; tool calls when the run has
-    tools) and return its path."""
+    """Write the PNG (the warm-up's loss when the run had one; reward total and per reward; KL when beta > 0;
+    completion length; tool calls when the run has tools) and return its path."""
     rows = read_metrics(run_dir, warn)
     output = output or run_dir / REPORT_FILE
     check_writable_file(output, force=True)  # the report is ours to redraw; a missing folder is the user's to fix
@@ -50,9 +50,16 @@ def plot_run(run_dir: Path, output: Path | None = None, warn=None) -> Path:
 
     steps = [r["step"] for r in rows]
     panels = panels_for(rows)
+    warmup = _warmup_losses(run_dir)
+    extra = 1 if warmup else 0
 
-    fig, axes = plt.subplots(len(panels), 1, figsize=(8, 3 * len(panels)), sharex=True, squeeze=False)
-    for ax, (title, keys) in zip(axes[:, 0], panels):
+    fig, axes = plt.subplots(len(panels) + extra, 1, figsize=(8, 3 * (len(panels) + extra)), squeeze=False)
+    if warmup:  # the supervised stage GRPO started from: its own steps, so its own axis
+        axes[0, 0].plot(*zip(*warmup), linewidth=2.0)
+        axes[0, 0].set_title("warm-up (supervised) loss")
+        axes[0, 0].set_xlabel("warm-up step")
+        axes[0, 0].grid(alpha=0.3)
+    for ax, (title, keys) in zip(axes[extra:, 0], panels):
         for key in keys:
             values = [r.get(key) for r in rows]
             points = [(s, v) for s, v in zip(steps, values) if v is not None]
@@ -67,9 +74,18 @@ def plot_run(run_dir: Path, output: Path | None = None, warn=None) -> Path:
         ax.grid(alpha=0.3)
         if len(keys) > 1:
             ax.legend(fontsize="small")
-    axes[-1, 0].set_xlabel("step")
+    axes[-1, 0].set_xlabel("GRPO step" if warmup else "step")
     fig.suptitle(run_dir.name)
     fig.tight_layout()
     fig.savefig(output, dpi=110)
     plt.close(fig)
     return output
+
+
+def _warmup_losses(run_dir: Path) -> list[tuple[int, float]]:
+    """(step, loss) of the run's warm-up stage, when it had one (RUN/warmup/metrics.jsonl); empty otherwise."""
+    path = run_dir / WARMUP_DIR / METRICS_FILE
+    if not path.exists():
+        return []
+    rows = read_jsonl(path, required=("step",)).rows
+    return [(r["step"], r["loss"]) for r in rows if isinstance(r.get("loss"), (int, float))]
