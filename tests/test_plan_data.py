@@ -97,7 +97,7 @@ def test_train_checks_ram_with_the_same_figure_as_the_plan(tiny_qwen2, tmp_path,
     from grpo_cli.plan import gpus
     from grpo_cli.train.run import ram_warning
 
-    path = write_recipe(tmp_path, tiny_qwen2, data={"max_prompt_length": 2000})
+    path = write_recipe(tmp_path, tiny_qwen2, data={"max_prompt_length": 500})  # within its 512 positions
     plan = planned(path)
     between = (plan["peak_rss_gib"] + plan["limits"]["peak_rss_gib"]) / 2 * 2**30
     monkeypatch.setattr(gpus, "available_ram", lambda: between)
