@@ -34,11 +34,17 @@ def test_harness_on_cpu(tmp_path):
     assert done.returncode == 0, done.stderr[-3000:]
     summary = json.loads((out / "summary.json").read_text())
     parts = summary["parts"]
+    assert list(parts) == ["versions", "train_eval", "overhead", "quant", "calibration", "liger"]  # most wanted first
+    # every module of the tool imports; only the optional Liger kernels may be missing on this machine
+    assert parts["versions"]["modules_imported"] > 50
+    assert set(parts["versions"]["failed"]) <= {"liger_kernel.transformers"}, parts["versions"]["failed"]
+    quant = parts["quant"]
+    assert quant["configurations"] == 1 and not quant["failed"], (out / "log.txt").read_text()[-3000:]
     calibration = parts["calibration"]
     assert calibration["configurations"] == 2 and not calibration["failed"], (out / "log.txt").read_text()[-3000:]
     assert calibration["max_abs_error_pct"] < 25  # plan's CPU model on shapes it was not fitted on
     rows = list(csv.DictReader((out / "calibration.csv").open()))
-    assert {r["config"] for r in rows} == {"tiny-llama-full", "tiny-qwen2-lora-beta"}
+    assert {r["config"] for r in rows} == {"tiny-llama-qlora-adam8", "tiny-llama-full", "tiny-qwen2-lora-beta"}
     assert all(r["device"] == "cpu" and float(r["measured_gib"]) > 0 for r in rows)
     overhead = parts["overhead"]
     assert overhead["grpo_train"]["ok"] and overhead["plain_trl"]["ok"], (out / "log.txt").read_text()[-3000:]

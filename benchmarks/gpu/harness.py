@@ -8,12 +8,17 @@ Here, on the CPU, with tiny models (what tests/test_gpu_harness.py runs):
 
     python benchmarks/gpu/harness.py --cpu --out /tmp/gpu-check
 
-Parts (`--parts`, comma-separated, all by default):
-  calibration  the memory matrix (benchmarks/memory.py, CUDA_MATRIX or TINY_MATRIX with --cpu), each configuration
-               in its own process, `--jobs` at a time; nvidia-smi's per-process figure is sampled beside it.
-  liger        `grpo.use_liger_kernel` off and on: median step time and peak memory.
+Parts (`--parts`, comma-separated, all by default), in the order they run, most wanted first:
+  versions     package versions and an import of every module of grpo_cli and rewards, in a child process: a
+               version mismatch costs seconds, not the whole call.
+  train_eval   a real `grpo train` of a LoRA recipe (20 steps) and `grpo eval --run` on it: exit codes, loss,
+               weights changed, the eval engine's tokens/s.
   overhead     `grpo train` and benchmarks/plain_trl.py on the same configuration: step time and peak as ratios.
-  train_eval   a real `grpo train` of a LoRA recipe (20 steps) and `grpo eval --run` on it: exit codes, loss, accuracy.
+  quant        QLoRA (bitsandbytes 4-bit) and 8-bit AdamW steps: they run, and plan against peak (memory.py's
+               CUDA_QUANT, TINY_QUANT with --cpu).
+  calibration  the rest of the memory matrix (CUDA_MATRIX, TINY_MATRIX with --cpu), each configuration in its own
+               process, `--jobs` at a time; nvidia-smi's per-process figure is sampled beside it.
+  liger        `grpo.use_liger_kernel` off and on: median step time and peak memory.
 
 Models are built from configs with random weights (no hub on the GPU machine): peak memory and step time are
 those of the real weights. Everything lands in --out: summary.json, summary.md, calibration.csv, log.txt.
@@ -41,7 +46,7 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "benchmarks"))
 import memory  # noqa: E402  (benchmarks/memory.py: the matrices, one configuration per process)
 
-PARTS = ("calibration", "liger", "overhead", "train_eval")
+PARTS = ("versions", "train_eval", "overhead", "quant", "calibration", "liger")
 DISTRIBUTED_ENV = {"RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"}
 GIB = 2**30
 
@@ -65,11 +70,15 @@ class Harness:
             # On a shared CPU, OpenMP threads spinning against each other swamp tiny models' timings.
             **({"OMP_NUM_THREADS": "1"} if args.cpu else {}),
         }
-        self.arch = "tiny-llama" if args.cpu else "qwen2.5-0.5b"
+        # The CPU's tiny model keeps Qwen2.5's vocabulary, so the big-vocabulary/small-tokenizer pairing of the GPU
+        # run is exercised here first.
+        self.arch = "tiny-qwen2.5-vocab" if args.cpu else "qwen2.5-0.5b"
         self.dtype = "float32" if args.cpu else "bfloat16"
         # Timing configuration: LoRA, G x 2 prompts a step, full-length completions.
-        self.g, self.c = (4, 16) if args.cpu else (8, 256)
+        self.g, self.c = (4, 16) if args.cpu else (8, 128)
         self._model_dir: Path | None = None
+        self.calibration_rows: list[dict] = []
+        self._calibration_done: dict | None = None
 
     def left(self) -> float:
         return self.deadline - time.monotonic()
@@ -88,7 +97,8 @@ class Harness:
             done = subprocess.CompletedProcess(command, 124, exc.stdout or "", (exc.stderr or "") + "\n[timed out]")
             if isinstance(done.stdout, bytes):
                 done = subprocess.CompletedProcess(command, 124, done.stdout.decode(), str(done.stderr))
-        self.note(f"[{name}] exit {done.returncode} in {time.monotonic() - started:.0f} s: {' '.join(command[-6:])}")
+        shown = " ".join(arg if len(arg) < 120 else arg[:40] + "..." for arg in command[-6:])
+        self.note(f"[{name}] exit {done.returncode} in {time.monotonic() - started:.0f} s: {shown}")
         if done.returncode != 0:
             self.log.write(str(done.stdout)[-3000:] + "\n" + str(done.stderr)[-6000:] + "\n")
         return done
@@ -107,19 +117,49 @@ class Harness:
             self._model_dir = path
         return self._model_dir
 
+    # ---- versions ----------------------------------------------------------------------------------------------
+
+    def versions(self) -> dict:
+        """Import every module in a child (the harness's own imports stay clean); name each one that fails."""
+        done = self.run("versions", [sys.executable, "-c", IMPORT_CHECK], timeout=max(30.0, min(180.0, self.left())))
+        lines = [line for line in done.stdout.splitlines() if line.startswith("RESULT ")]
+        if not lines:
+            return {"error": f"import check exited {done.returncode}: {done.stderr[-600:]}"}
+        result = json.loads(lines[-1][len("RESULT ") :])
+        self.note(f"[versions] {len(result['imported'])} modules imported, failed: {result['failed'] or 'none'}")
+        return {"modules_imported": len(result["imported"]), "failed": result["failed"]}
+
     # ---- calibration -------------------------------------------------------------------------------------------
 
+    def quant(self) -> dict:
+        """QLoRA and 8-bit AdamW first in one pool with the rest of the matrix: seven short processes share the GPU
+        far better than they queue for it, and `calibration` then reports the rest."""
+        quant, rest = self.matrices()
+        results = self.calibrate({**quant, **rest})
+        self._calibration_done = {name: results[name] for name in rest if name in results}
+        return summarise({name: results[name] for name in quant if name in results})
+
     def calibration(self) -> dict:
+        quant, rest = self.matrices()
+        done = self._calibration_done if self._calibration_done is not None else self.calibrate(rest)
+        return summarise(done)
+
+    def matrices(self) -> tuple[dict, dict]:
+        quant = memory.TINY_QUANT if self.args.cpu else memory.CUDA_QUANT
         matrix = memory.TINY_MATRIX if self.args.cpu else memory.CUDA_MATRIX
+        return quant, {name: cfg for name, cfg in matrix.items() if name not in quant}
+
+    def calibrate(self, matrix: dict) -> dict:
+        """Plan against measured peak for each configuration; calibration.csv is rewritten as each one finishes."""
         pending = list(matrix.items())
         running: dict[str, tuple[subprocess.Popen, Path, float]] = {}
-        rows, failed, skipped = [], {}, []
+        results: dict[str, dict] = {}  # name -> {"row": ...} | {"failed": log tail} | {"skipped": why}
         smi = SmiSampler() if shutil.which("nvidia-smi") and not self.args.cpu else None
         while pending or running:
             while pending and len(running) < self.args.jobs:
                 name, cfg = pending.pop(0)
                 if self.left() < 30:
-                    skipped.append(name)
+                    results[name] = {"skipped": "out of --budget-s"}
                     continue
                 log_path = self.work / f"{name}.log"
                 proc = subprocess.Popen(
@@ -139,11 +179,12 @@ class Harness:
                     continue
                 if proc.poll() is None:  # out of budget: stop it, keep what finished
                     proc.kill()
+                    proc.wait()
                 stdout = proc.stdout.read() if proc.stdout else ""
                 del running[name]
                 result = [line for line in stdout.splitlines() if line.startswith("RESULT ")]
                 if proc.returncode != 0 or not result:
-                    failed[name] = log_path.read_text()[-400:]
+                    results[name] = {"failed": log_path.read_text()[-400:]}
                     self.note(f"[calibration] {name}: FAILED (exit {proc.returncode})")
                     self.log.write(log_path.read_text()[-4000:] + "\n")
                     continue
@@ -156,7 +197,9 @@ class Harness:
                     else None
                 )
                 row["seconds"] = round(time.monotonic() - started, 1)
-                rows.append(row)
+                results[name] = {"row": row}
+                self.calibration_rows.append(row)
+                self.write_calibration_csv()
                 self.note(
                     f"[calibration] {name}: predicted {row['predicted_gib']:.3f} GiB, measured "
                     f"{row['measured_gib']:.3f} GiB ({row['error_pct']:+.1f}%), nvidia-smi "
@@ -164,23 +207,14 @@ class Harness:
                 )
         if smi:
             smi.stop()
-        if rows:
-            fields = list(rows[0])
-            with (self.out / "calibration.csv").open("w", newline="") as fh:
-                writer = csv.DictWriter(fh, fieldnames=fields)
-                writer.writeheader()
-                writer.writerows(rows)
-        errors = [abs(r["error_pct"]) for r in rows]
-        smi_errors = [abs(r["smi_error_pct"]) for r in rows if r["smi_error_pct"] is not None]
-        return {
-            "configurations": len(rows),
-            "failed": failed,
-            "skipped": skipped,
-            "median_abs_error_pct": round(statistics.median(errors), 2) if errors else None,
-            "max_abs_error_pct": round(max(errors), 2) if errors else None,
-            "smi_median_abs_error_pct": round(statistics.median(smi_errors), 2) if smi_errors else None,
-            "smi_max_abs_error_pct": round(max(smi_errors), 2) if smi_errors else None,
-        }
+        return results
+
+    def write_calibration_csv(self) -> None:
+        fields = list(dict.fromkeys(k for row in self.calibration_rows for k in row))
+        with (self.out / "calibration.csv").open("w", newline="") as fh:
+            writer = csv.DictWriter(fh, fieldnames=fields, restval="")
+            writer.writeheader()
+            writer.writerows(self.calibration_rows)
 
     # ---- timing parts ------------------------------------------------------------------------------------------
 
@@ -306,7 +340,7 @@ class Harness:
             self.args.train_steps,
             full_length=False,
             rewards=[{"name": "correctness"}, {"name": f"{reward_file}:characters"}],
-            max_completion_length=min(self.c, 128),
+            max_completion_length=min(self.c, 64),
         )
         run_dir = self.work / "run-train-eval"
         train = self.run(
@@ -351,6 +385,50 @@ class Harness:
                 "tokens_per_s": summary.get("session", {}).get("tokens_per_s"),
             }
         return result
+
+
+IMPORT_CHECK = """
+import importlib, json, pkgutil, sys, traceback
+import grpo_cli, rewards
+names = []
+for package in (grpo_cli, rewards):
+    names.append(package.__name__)
+    names += [m.name for m in pkgutil.walk_packages(package.__path__, package.__name__ + ".")
+              if not m.name.endswith("__main__")]  # importing __main__ would run the CLI
+imported, failed = [], {}
+for name in names:
+    try:
+        importlib.import_module(name)
+        imported.append(name)
+    except BaseException as exc:
+        failed[name] = f"{type(exc).__name__}: {exc}"[:300]
+# The optional engines' own imports: what a recipe that turns them on would load.
+for name in ("trl", "peft", "bitsandbytes", "liger_kernel.transformers"):
+    try:
+        importlib.import_module(name)
+        imported.append(name)
+    except BaseException as exc:
+        failed[name] = f"{type(exc).__name__}: {exc}"[:300]
+print("RESULT " + json.dumps({"imported": imported, "failed": failed}))
+"""
+
+
+def summarise(results: dict[str, dict]) -> dict:
+    rows = [r["row"] for r in results.values() if "row" in r]
+    errors = [abs(r["error_pct"]) for r in rows]
+    smi_errors = [abs(r["smi_error_pct"]) for r in rows if r["smi_error_pct"] is not None]
+    return {
+        "configurations": len(rows),
+        "peaks_gib": {r["config"]: r["measured_gib"] for r in rows},
+        "errors_pct": {r["config"]: r["error_pct"] for r in rows},
+        "failed": {name: r["failed"] for name, r in results.items() if "failed" in r},
+        "skipped": [name for name, r in results.items() if "skipped" in r],
+        "median_abs_error_pct": round(statistics.median(errors), 2) if errors else None,
+        "max_abs_error_pct": round(max(errors), 2) if errors else None,
+        # None: nvidia-smi showed no per-process figure (some sandboxes hide other processes' memory)
+        "smi_median_abs_error_pct": round(statistics.median(smi_errors), 2) if smi_errors else None,
+        "smi_max_abs_error_pct": round(max(smi_errors), 2) if smi_errors else None,
+    }
 
 
 def lora_b_nonzero(adapter_dir: Path) -> bool:
@@ -444,6 +522,7 @@ def environment() -> dict:
         "bitsandbytes",
         "liger-kernel",
         "pydantic",
+        "vllm",
     ):
         try:
             info[name] = md.version(name)
@@ -483,10 +562,10 @@ def main() -> None:
     )
     parser.add_argument("--cpu", action="store_true", help="Tiny models on the CPU: checks the harness itself.")
     parser.add_argument("--parts", default=",".join(PARTS))
-    parser.add_argument("--jobs", type=int, default=None, help="Calibration processes at a time (GPU 4, CPU 1).")
-    parser.add_argument("--steps", type=int, default=None, help="Steps of each timed run (GPU 5, CPU 3).")
+    parser.add_argument("--jobs", type=int, default=None, help="Calibration processes at a time (GPU 6, CPU 1).")
+    parser.add_argument("--steps", type=int, default=None, help="Steps of each timed run (GPU 4, CPU 3).")
     parser.add_argument("--train-steps", type=int, default=None, help="Steps of the train_eval run (GPU 20, CPU 2).")
-    parser.add_argument("--budget-s", type=float, default=510.0, help="Start no new work after this many seconds.")
+    parser.add_argument("--budget-s", type=float, default=480.0, help="Start no new work after this many seconds.")
     args = parser.parse_args()
     if args.merge:
         added = merge_calibration(args.merge, ROOT / "benchmarks" / "memory_calibration.csv")
@@ -494,8 +573,8 @@ def main() -> None:
         return
     if args.out is None:
         parser.error("--out DIR is required")
-    args.jobs = args.jobs or (1 if args.cpu else 4)
-    args.steps = args.steps or (3 if args.cpu else 5)
+    args.jobs = args.jobs or (1 if args.cpu else 6)
+    args.steps = args.steps or (3 if args.cpu else 4)
     args.train_steps = args.train_steps or (2 if args.cpu else 20)
     parts = [p.strip() for p in args.parts.split(",") if p.strip()]
     unknown = sorted(set(parts) - set(PARTS))
