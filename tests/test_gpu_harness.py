@@ -70,3 +70,18 @@ def test_merge_appends_device_rows_with_new_columns(tmp_path):
     assert lines[0] == "# regenerate: x"
     rows = list(csv.DictReader(lines[1:]))
     assert [(r["config"], r["device"], r["measured_smi_gib"]) for r in rows] == [("a", "cpu", ""), ("b", "cuda", "2.5")]
+
+
+def test_a_child_that_outlives_its_timeout_is_reported_not_raised(tmp_path):
+    """On the H100 a timed-out child's output came back as bytes and the whole Liger part was lost."""
+    from types import SimpleNamespace
+
+    from harness import Harness
+
+    args = SimpleNamespace(out=tmp_path, budget_s=60.0, cpu=True)
+    harness = Harness(args)
+    child = "import sys, time; print('out', flush=True); print('err', file=sys.stderr, flush=True); time.sleep(30)"
+    done = harness.run("slow", [sys.executable, "-c", child], 2)
+    assert done.returncode == 124
+    assert "out" in done.stdout and "err" in done.stderr and "[timed out]" in done.stderr
+    assert "[slow] exit 124" in (tmp_path / "log.txt").read_text()

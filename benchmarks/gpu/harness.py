@@ -94,9 +94,8 @@ class Harness:
         try:
             done = subprocess.run(command, env=self.env, cwd=ROOT, capture_output=True, text=True, timeout=timeout)
         except subprocess.TimeoutExpired as exc:
-            done = subprocess.CompletedProcess(command, 124, exc.stdout or "", (exc.stderr or "") + "\n[timed out]")
-            if isinstance(done.stdout, bytes):
-                done = subprocess.CompletedProcess(command, 124, done.stdout.decode(), str(done.stderr))
+            # TimeoutExpired carries bytes even under text=True (seen on the H100: the Liger part was lost to it)
+            done = subprocess.CompletedProcess(command, 124, as_text(exc.stdout), as_text(exc.stderr) + "\n[timed out]")
         shown = " ".join(arg if len(arg) < 120 else arg[:40] + "..." for arg in command[-6:])
         self.note(f"[{name}] exit {done.returncode} in {time.monotonic() - started:.0f} s: {shown}")
         if done.returncode != 0:
@@ -411,6 +410,10 @@ for name in ("trl", "peft", "bitsandbytes", "liger_kernel.transformers"):
         failed[name] = f"{type(exc).__name__}: {exc}"[:300]
 print("RESULT " + json.dumps({"imported": imported, "failed": failed}))
 """
+
+
+def as_text(output: bytes | str | None) -> str:
+    return output.decode(errors="replace") if isinstance(output, bytes) else (output or "")
 
 
 def summarise(results: dict[str, dict]) -> dict:
