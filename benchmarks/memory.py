@@ -263,6 +263,7 @@ def measure_one(name: str, cfg: dict) -> dict:
         "error_pct": round(100 * (plan.peak_tensors - measured) / measured, 2),
         "measured_generation_gib": round(phases.get("generation", 0) / GIB, 4),
         "measured_training_gib": round(phases.get("training", 0) / GIB, 4),
+        "measured_optimizer_gib": round(phases["optimizer"] / GIB, 4) if "optimizer" in phases else None,
         "predicted_static_gib": round(plan.static / GIB, 4),
         "predicted_generation_gib": round((plan.static + plan.generation) / GIB, 4),
         "predicted_training_gib": round((plan.static + plan.training) / GIB, 4),

@@ -44,3 +44,22 @@ def test_plan_within_bound_of_measured_peak(tmp_path, small_llama, sections):
     measured, ran = measure_peak(recipe)
     predicted = memory_plan(ran, architectures.resolve(ran), "cpu").peak_tensors
     assert abs(predicted - measured) / measured < 0.15, (predicted / 2**20, measured / 2**20)
+
+
+def test_phase_peaks_see_each_phase_of_real_steps(tmp_path, tiny_llama):
+    """CUDA has no tensor tracker: measure_peak splits the allocator's peak at the trainer's own phase boundaries.
+    Here a step counter stands in for torch.cuda's peak reader, so the boundaries of two real steps are checked."""
+    from grpo_cli.preflight.measure import PhasePeaks
+    from grpo_cli.train.trainer import build_trainer
+
+    recipe = load_recipe(write_recipe(tmp_path, tiny_llama, training={"max_steps": 2, "output_dir": str(tmp_path)}))
+    trainer, _ = build_trainer(recipe, tmp_path / "run")
+    boundaries: list[str] = []
+    peaks = PhasePeaks(lambda: len(boundaries))
+    original = peaks.switch
+    peaks.switch = lambda phase: (boundaries.append(f"{peaks.phase}->{phase}"), original(phase))
+    peaks.install(trainer)
+    trainer.train()
+    step = ["training->generation", "generation->training", "training->optimizer", "optimizer->training"]
+    assert boundaries == step * 2
+    assert set(peaks.peaks) == {"training", "generation", "optimizer"}
