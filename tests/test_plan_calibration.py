@@ -49,7 +49,7 @@ def test_plan_within_bound_of_measured_peak(tmp_path, small_llama, sections):
 def test_phase_peaks_see_each_phase_of_real_steps(tmp_path, tiny_llama):
     """CUDA has no tensor tracker: measure_peak splits the allocator's peak at the trainer's own phase boundaries.
     Here a step counter stands in for torch.cuda's peak reader, so the boundaries of two real steps are checked."""
-    from grpo_cli.preflight.measure import PhasePeaks
+    from grpo_cli.preflight.trackers import PhasePeaks
     from grpo_cli.train.trainer import build_trainer
 
     recipe = load_recipe(write_recipe(tmp_path, tiny_llama, training={"max_steps": 2, "output_dir": str(tmp_path)}))

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from grpo_cli.plan import static_memory
 from grpo_cli.plan.architectures import Architecture
 from grpo_cli.plan.sharding import Term, per_process
 from grpo_cli.plan.static_memory import bytes_per_trainable, mixed_precision_on, static_terms, trainable_params
@@ -50,8 +51,9 @@ ACT_FFN = 2.0
 ACT_KV = 1.0
 ACT_HIDDEN_FP32 = 2.0
 
-# What nvidia-smi shows beyond torch's live tensors: the CUDA context and the caching allocator's slack.
-CUDA_CONTEXT_GIB = 0.6
+# What nvidia-smi shows beyond torch's live tensors: the CUDA context and the caching allocator's slack, as measured
+# on an H100 (benchmarks/gpu/h100-2026-11-26/calibration.csv: smi less reserved, reserved over allocated).
+CUDA_CONTEXT_GIB = 0.79
 ALLOCATOR_SLACK = 0.10
 # What the kernel counts for a CPU process beyond its live tensors (peak RSS): a fixed part (the Python runtime
 # with torch, transformers, peft and TRL imported is 0.38-0.43 GiB of it; tokenizer, data, libraries' buffers and
@@ -291,5 +293,8 @@ def _training_terms(recipe: Recipe, arch: Architecture, device: str, w: int, B: 
     )
     grads = trainable * param_bytes
     terms.append(Term("gradients", grads, "training-late", f"P_t {trainable / 1e6:.2f}M x {param_bytes} B"))
+    step = static_memory.optimizer_step_temporaries(recipe, device, trainable, param_bytes)
+    if step is not None:
+        terms.append(step)
 
     return terms

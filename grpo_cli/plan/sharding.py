@@ -22,7 +22,14 @@ SHARDED = {
     "ddp": (),
     "zero2": ("optimizer states", "gradients"),
     "zero3": ("optimizer states", "gradients", "weights", "lora adapters", "reference model"),
-    "fsdp": ("optimizer states", "gradients", "weights", "lora adapters", "reference model"),
+    "fsdp": (
+        "optimizer states",
+        "gradients",
+        "weights",
+        "lora adapters",
+        "reference model",
+        "optimizer step temporaries",
+    ),
 }
 
 

@@ -134,3 +134,14 @@ def _optimizer_states(recipe: Recipe, arch: Architecture, device: str, trainable
         states = trainable * per_param
         note = f"float32 master + states under DeepSpeed = {per_param:g} B/param"
     return Term("optimizer states", states, "static", f"P_t {trainable / 1e6:.2f}M x {note}")
+
+
+def optimizer_step_temporaries(recipe: Recipe, device: str, trainable: int, param_bytes: int) -> Term | None:
+    """On CUDA torch's AdamW takes its foreach path, which builds sqrt(exp_avg_sq) for every parameter at once
+    (torch/optim/adam.py, _multi_tensor_adam: torch._foreach_sqrt) beside the gradients; on a CPU it loops one
+    parameter at a time. Found on an H100 (benchmarks/gpu/README.md): without it the plan missed one parameter-sized
+    set in full fine-tuning's peak."""
+    if device != "cuda" or recipe.training.optim != "adamw_torch" or recipe.distributed.zero_stage is not None:
+        return None
+    formula = f"P_t {trainable / 1e6:.2f}M x {param_bytes} B (foreach AdamW's sqrt(exp_avg_sq))"
+    return Term("optimizer step temporaries", trainable * param_bytes, "training-late", formula)

@@ -167,7 +167,11 @@ class GRPOSection(Section):
     use_vllm: bool = False
     vllm_mode: Literal["colocate", "server"] = "colocate"
     vllm_gpu_memory_utilization: float = Field(0.3, gt=0.0, le=1.0)
-    use_liger_kernel: bool = Field(False, description="Liger RMSNorm/SwiGLU/RoPE kernels (CUDA only).")
+    use_liger_kernel: bool = Field(
+        False,
+        description="Liger RMSNorm/SwiGLU/RoPE kernels (CUDA only): less memory, slower steps as measured in "
+        "benchmarks/gpu/README.md.",
+    )
     zero_variance_groups: Literal["keep", "skip", "resample"] = Field(
         "keep", description="Groups whose completions all scored the same: keep (TRL), skip, resample."
     )
