@@ -93,8 +93,12 @@ def solution_steps(answer: str) -> int:
 
 
 def gold_answer(raw: Any, answer_format: str) -> str:
+    """The reference answer rewards receive. A plain number loses its commas and `$`; any other plain answer stays
+    as written (`[1, 2)`, `Paris, France`), less surrounding whitespace, for the string and LaTeX verifiers."""
     text = str(raw)
-    return gsm8k_gold(text) if answer_format == "gsm8k" else normalize_number(text)
+    if answer_format == "gsm8k":
+        return gsm8k_gold(text)
+    return normalize_number(text) if to_number(text) is not None else text.strip()
 
 
 @dataclass

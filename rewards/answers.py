@@ -15,6 +15,7 @@ NUMBER = re.compile(r"-?\$?\d[\d,]*(?:\.\d+)?|-?\$?\.\d+")
 _TAG_CACHE: dict[str, re.Pattern[str]] = {}
 # GSM8K's own marker for the final answer (`#### 72`), which models trained on GSM8K-style data write unasked.
 HASHES = re.compile(r"####\s*(-?\$?\d[\d,]*(?:\.\d+)?|-?\$?\.\d+)")
+HASHES_LINE = re.compile(r"####[ \t]*([^\n]*)")  # the same marker before an answer of any kind
 
 
 def normalize_number(text: str) -> str:
@@ -59,6 +60,16 @@ def hashes_answer(text: str) -> str | None:
     """The number after the last `####` (GSM8K's answer marker), normalised; None without one."""
     found = HASHES.findall(text)
     return normalize_number(found[-1]) if found else None
+
+
+def answer_text(text: str, tag: str = "answer") -> str | None:
+    """The final answer as written, for answers that are not numbers: inside the last <tag>, else the rest of the
+    line after the last `####`; None when neither marker is there."""
+    inside = tag_content(text, tag)
+    if inside is not None:
+        return inside
+    found = HASHES_LINE.findall(text)
+    return found[-1].strip() if found else None
 
 
 def marked_answer(text: str, marker: str = "tag", tag: str = "answer") -> str | None:

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from rewards import gsm8k
+from rewards import gsm8k, verifiers
 
 BUILTINS: dict[str, Callable[..., Any]] = {
     "correctness": gsm8k.correctness,
@@ -27,7 +27,12 @@ BUILTINS: dict[str, Callable[..., Any]] = {
     "marked_correctness": gsm8k.MarkedCorrectness,
     "length_target": gsm8k.LengthTarget,
     "proximity": gsm8k.Proximity,
+    "exact_match": verifiers.exact_match,
+    "normalized_match": verifiers.normalized_match,
+    "math_correctness": verifiers.math_correctness,
 }
+# Built-ins that need an optional package: the module they import, and the command that installs it.
+OPTIONAL: dict[str, tuple[str, str]] = {"math_correctness": ("math_verify", "pip install 'grpo-cli[math]'")}
 
 
 class RewardLookupError(ValueError):
@@ -58,6 +63,7 @@ def resolve_reward(name: str, kwargs: dict[str, Any] | None = None) -> Callable[
     """Return a callable with TRL's reward signature, or raise RewardLookupError with the valid choices."""
     kwargs = kwargs or {}
     if name in BUILTINS:
+        _check_installed(name)
         return _build(name, BUILTINS[name], kwargs, builtin=True)
     if ":" not in name and "." in name.strip(".") and not name.endswith(".py"):
         name = "{}:{}".format(*name.rsplit(".", 1))  # TRL's dotted form, package.module.function
@@ -73,6 +79,14 @@ def resolve_reward(name: str, kwargs: dict[str, Any] | None = None) -> Callable[
     if not hasattr(module, attr):
         raise RewardLookupError(f"`{where}` has no attribute `{attr}`")
     return _build(name, getattr(module, attr), kwargs, builtin=False)
+
+
+def _check_installed(name: str) -> None:
+    """A built-in whose optional package is missing is refused when the recipe is validated, not at its first call."""
+    module, install = OPTIONAL.get(name, ("", ""))
+    if module and importlib.util.find_spec(module) is None:
+        package = module.replace("_", "-")
+        raise RewardLookupError(f"reward `{name}` needs the {package} package, which is not installed: {install}")
 
 
 def load_user_module(where: str, what: str = "reward") -> Any:
