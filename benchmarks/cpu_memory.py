@@ -117,7 +117,7 @@ recipe = load_recipe(sys.argv[1], json.loads(sys.argv[2]), scope="preflight")
 if allocator == "tool":  # as the grpo command runs: bitsandbytes left out when the recipe does not use it
     cpu_memory._lean_imports = True
     cpu_memory.skip_unused_bitsandbytes(recipe)
-from grpo_cli.quiet import quiet_libraries
+from grpo_cli.progress import quiet_libraries
 from grpo_cli.preflight.measure import measure_steps
 quiet_libraries()
 started = time.perf_counter()
@@ -180,7 +180,7 @@ def report(path: Path) -> None:
     import tempfile
 
     from grpo_cli.plan.memory import GIB, memory_plan
-    from grpo_cli.quiet import quiet_libraries
+    from grpo_cli.progress import quiet_libraries
 
     quiet_libraries()
     print(f"{'config':18s} {'live':>6s} {'plan':>6s} {'RSS':>6s} {'plan RSS':>8s} {'error':>6s}   (GiB)")

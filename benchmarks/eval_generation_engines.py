@@ -30,7 +30,7 @@ def main() -> None:
     from grpo_cli.eval.continuous import ContinuousGenerator
     from grpo_cli.eval.problems import Problem, chat_prompts
     from grpo_cli.models import load_model, load_tokenizer
-    from grpo_cli.quiet import quiet_libraries
+    from grpo_cli.progress import quiet_libraries
     from grpo_cli.recipe.validation import load_recipe
 
     quiet_libraries()

@@ -2,7 +2,7 @@
 
 math-verify turns strings into sympy expressions, and sympy can be asked to work without end or to fill memory
 (`9^{9^{9^9}}`, a factorial of a huge number). math-verify's own time limit is `signal.alarm`, which works only in a
-process's main thread and would replace the timer that limits a whole reward call (grpo_cli/train/reward_guard.py).
+process's main thread and would replace the timer that limits a whole reward call (grpo_cli/reward_guard.py).
 Here it runs in the main thread of a process of its own, under a memory limit, and the parent kills this process
 when an answer takes too long anyway (work inside one C call, which no signal interrupts).
 

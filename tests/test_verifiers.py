@@ -175,7 +175,7 @@ def test_math_correctness_works_in_a_thread_and_keeps_the_reward_timer():
     thread.start()
     thread.join(60)
     assert found == [1.0]  # math-verify's own signal-based limit cannot run in a thread; the child's can
-    # The reward guard limits a whole call with SIGALRM's timer (train/reward_guard.py); a verdict must not stop it.
+    # The reward guard limits a whole call with SIGALRM's timer (grpo_cli/reward_guard.py); a verdict must not stop it.
     previous = signal.signal(signal.SIGALRM, lambda *_: None)
     signal.setitimer(signal.ITIMER_REAL, 300)
     try:

@@ -211,7 +211,7 @@ def doctor(
     """Check this machine for grpo: libraries and versions, TRL's private names, hardware, cache, demo model."""
     import json
 
-    from grpo_cli.quiet import quiet_libraries
+    from grpo_cli.progress import quiet_libraries
 
     quiet_libraries()
     checks = all_checks()

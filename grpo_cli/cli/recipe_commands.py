@@ -137,8 +137,7 @@ def preflight(
 
     from grpo_cli.preflight.run import run_preflight
     from grpo_cli.preflight.view import preflight_json, print_preflight
-    from grpo_cli.progress import PhaseLines
-    from grpo_cli.quiet import quiet_libraries
+    from grpo_cli.progress import PhaseLines, quiet_libraries
     from grpo_cli.recipe.validation import load_recipe
 
     console = Console(stderr=True)

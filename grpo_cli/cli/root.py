@@ -41,6 +41,6 @@ def main(
     ] = None,
 ) -> None:
     """Fine-tune language models with GRPO from YAML recipes."""
-    from grpo_cli.quiet import silence_import_notes
+    from grpo_cli.progress import silence_import_notes
 
     silence_import_notes()

@@ -53,7 +53,10 @@ def evaluate(
     limit: Annotated[int | None, typer.Option("--limit", help="First N problems only.")] = None,
     batch_size: Annotated[int | None, typer.Option("--batch-size", help="Prompts per generation batch.")] = None,
     max_new_tokens: Annotated[int | None, typer.Option("--max-new-tokens", help="Generation budget.")] = None,
-    protocol: Annotated[str | None, typer.Option("--protocol", help="chat (default) or lm-eval.")] = None,
+    protocol: Annotated[
+        str | None,
+        typer.Option("--protocol", help="chat (default), lm-eval, or task (the recipe's own data and verifiers)."),
+    ] = None,
     output: Annotated[Path | None, typer.Option("--output", help="Results directory (rerun it to continue).")] = None,
     engine: Annotated[
         str,

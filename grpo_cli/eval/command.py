@@ -11,6 +11,7 @@ from typing import Any
 from grpo_cli.cpu_memory import skip_unused_bitsandbytes
 from grpo_cli.errors import UserError
 from grpo_cli.eval import evaluate as ev
+from grpo_cli.eval.comparison import compare
 from grpo_cli.eval.engines import check_engine
 from grpo_cli.eval.store import OWN_FILES, refuse_foreign
 from grpo_cli.eval.targets import Target, default_output, run_target
@@ -61,7 +62,7 @@ def run_eval(request: EvalRequest, display=None) -> EvalOutcome:
             ev.evaluate(recipe, base, base_out, display, request.engine),
             ev.evaluate(recipe, trained, trained_out, display, request.engine),
         ]
-        outcome = EvalOutcome(results, ev.compare(results[0], results[1], root))
+        outcome = EvalOutcome(results, compare(results[0], results[1], root))
     else:
         target = run_target(request.run, recipe) if request.run is not None else base
         default = default_output(recipe.eval, target, request.run)

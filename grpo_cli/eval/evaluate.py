@@ -1,9 +1,8 @@
-"""`grpo eval`: GSM8K accuracy of a base model or a trained run, resumable, with honest intervals.
+"""`grpo eval`: accuracy of a base model or a trained run, resumable, with honest intervals.
 
-Two protocols:
-- `chat`: zero-shot, the chat template and the recipe's system prompt, the way the model was trained.
-  strict-match = the number inside <answer>; flexible-extract = that, else the last number (the training reward's
-  rule). Numbers are compared numerically.
+Three protocols (`task` scores the recipe's own data with its own verifiers: eval/task.py). GSM8K's two:
+- `chat`: zero-shot, the chat template and the recipe's system prompt, the way the model was trained. strict-match =
+  the number inside <answer>; flexible-extract = that, else the last number (the training reward's rule).
 - `lm-eval`: lm-evaluation-harness's `gsm8k` task (0.4.13): 5-shot "Question: ...\\nAnswer:" prompts with few-shot
   examples drawn by its sampler, its stop sequences, 256 new tokens, and its two filters and exact_match
   normalisation (rewards/answers.py, shared with the training rewards), so the figures sit beside published ones.
@@ -22,17 +21,17 @@ from typing import Any
 
 from grpo_cli.eval.engines import choose_engine
 from grpo_cli.eval.problems import chat_prompts, fewshot_pool, lm_eval_prompts, load_problems
-from grpo_cli.eval.scoring import FILTERS, behaviour, score, summarize
-from grpo_cli.eval.stats import paired_difference
+from grpo_cli.eval.scoring import FILTERS, score, summarize
 from grpo_cli.eval.store import PredictionStore
 from grpo_cli.eval.targets import Target
+from grpo_cli.eval.task import TaskScorer, task_problems, task_settings
 from grpo_cli.recipe.eval_section import EvalSection
 from grpo_cli.recipe.schema import Recipe
-from grpo_cli.runs.layout import COMPARISON_FILE, SUMMARY_FILE
+from grpo_cli.runs.layout import SUMMARY_FILE
 from grpo_cli.tools.loop import tool_summary
 
 LM_EVAL_STOPS = ["Question:", "</s>", "<|im_end|>"]  # gsm8k.yaml `until`; the tokenizer's EOS is added
-DEFAULT_MAX_NEW_TOKENS = {"chat": 512, "lm-eval": 256}
+DEFAULT_MAX_NEW_TOKENS = {"chat": 512, "lm-eval": 256, "task": 512}
 
 
 @dataclass
@@ -70,6 +69,7 @@ def settings_of(recipe: Recipe, target: Target, compute_dtype: str | None = None
             if uses_tools(recipe)
             else {}
         ),
+        **(task_settings(recipe) if ev.protocol == "task" else {}),
         **(
             {"num_fewshot": ev.num_fewshot, "fewshot_source": ev.fewshot_source, "fewshot_seed": ev.fewshot_seed}
             if ev.protocol == "lm-eval"
@@ -86,10 +86,14 @@ def evaluate(recipe: Recipe, target: Target, output: Path, display=None, engine:
     """Score every problem of the split (up to eval.limit) that `output` does not hold yet, generating with `engine`
     (grpo_cli/eval/engines.py)."""
     ev = recipe.eval
-    from grpo_cli.quiet import quiet_libraries
+    from grpo_cli.progress import quiet_libraries
 
     quiet_libraries()  # dataset-loading bars and hub retry warnings would sit above our own progress
-    problems, unscorable = load_problems(ev)
+    scorer = None
+    if ev.protocol == "task":
+        problems, unscorable, scorer = task_problems(recipe, display.note if display else None)
+    else:
+        problems, unscorable = load_problems(ev)
     pool = fewshot_pool(ev) if ev.protocol == "lm-eval" and ev.num_fewshot else []  # its errors come before any file
     model_recipe = recipe.model_copy(update={"model": recipe.model.model_copy(update={"name": target.model})})
     if uses_tools(recipe):  # before any file is written or weight loaded
@@ -119,10 +123,11 @@ def evaluate(recipe: Recipe, target: Target, output: Path, display=None, engine:
                 done=[store.records[p.index] for p in problems if p.index in store.records],
                 unscorable=unscorable,
                 engine=_engine_label(generator, compute_dtype(model_recipe)),
+                names=scorer.names if scorer else FILTERS,
             )
         started = time.perf_counter()
         for batch in stream:
-            records = [_record(todo[item.index], item, recipe) for item in batch]
+            records = [_record(todo[item.index], item, recipe, scorer) for item in batch]
             new_tokens += sum(getattr(item, "model_tokens", item.new_tokens) for item in batch)
             store.add(records)
             if display:
@@ -140,7 +145,7 @@ def evaluate(recipe: Recipe, target: Target, output: Path, display=None, engine:
         "protocol": ev.protocol,
         "max_new_tokens": max_new_tokens(ev),
         "data": {"source": ev.source, "split": ev.split, "limit": ev.limit, "unscorable": unscorable},
-        **summarize(scored, wall, len(todo), new_tokens, max_new_tokens(ev)),
+        **summarize(scored, wall, len(todo), new_tokens, max_new_tokens(ev), scorer.names if scorer else FILTERS),
     }
     tools = tool_summary(scored)
     if tools is not None:
@@ -153,14 +158,18 @@ def evaluate(recipe: Recipe, target: Target, output: Path, display=None, engine:
     return EvalResult(output, summary, {p.index: store.records[p.index] for p in problems})
 
 
-def _record(problem, item, recipe: Recipe) -> dict[str, Any]:
+def _record(problem, item, recipe: Recipe, scorer: TaskScorer | None = None) -> dict[str, Any]:
     """One scored problem, as predictions.jsonl stores it."""
     return {
         "index": problem.index,
         "question": problem.question,
         "gold": problem.gold,
         "completion": item.text,
-        **score(recipe.eval.protocol, item.text, problem, recipe.data.answer_marker),
+        **(
+            scorer.score(item.text, problem)
+            if scorer
+            else score(recipe.eval.protocol, item.text, problem, recipe.data.answer_marker)
+        ),
         "new_tokens": item.new_tokens,
         **getattr(item, "extra", {}),
     }
@@ -225,7 +234,7 @@ def _generator(recipe: Recipe, target: Target, budget: int, engine: str = "trans
     from grpo_cli.eval.generation import HFGenerator
     from grpo_cli.eval.lean_lora import lean_lora
     from grpo_cli.models import load_model, load_tokenizer, resolve_model_path
-    from grpo_cli.quiet import quiet_libraries
+    from grpo_cli.progress import quiet_libraries
 
     quiet_libraries()
     tokenizer = load_tokenizer(recipe)
@@ -270,22 +279,3 @@ def _generator(recipe: Recipe, target: Target, budget: int, engine: str = "trans
 def _engine_label(generator, dtype: str) -> str:
     """What the console says generates: `vLLM 0.32.0, float32` or `transformers 5.19.0, bfloat16`."""
     return f"{'vLLM' if generator.name == 'vllm' else generator.name} {generator.version}, {dtype}"
-
-
-def compare(base: EvalResult, trained: EvalResult, output: Path) -> dict[str, Any]:
-    """Trained minus base on the problems both scored, per filter, with a paired 95% interval."""
-    common = sorted(set(base.records) & set(trained.records))
-    result = {"problems": len(common), "base": str(base.output), "trained": str(trained.output), "filters": {}}
-    for name in FILTERS:
-        before = [bool(base.records[i]["correct"][name]) for i in common]
-        after = [bool(trained.records[i]["correct"][name]) for i in common]
-        result["filters"][name] = {
-            "base": sum(before) / len(common) if common else 0.0,
-            "trained": sum(after) / len(common) if common else 0.0,
-            **paired_difference(before, after),
-        }
-    for label, side in (("base", base), ("trained", trained)):
-        result[label + "_behaviour"] = behaviour([side.records[i] for i in common], side.summary.get("max_new_tokens"))
-    output.mkdir(parents=True, exist_ok=True)
-    (output / COMPARISON_FILE).write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
-    return result

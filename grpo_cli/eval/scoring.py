@@ -39,17 +39,26 @@ def score(protocol: str, completion: str, problem: Problem, marker: str = "tag")
 
 
 def summarize(
-    records: list[dict[str, Any]], wall_s: float, new_problems: int, new_tokens: int, budget: int
+    records: list[dict[str, Any]],
+    wall_s: float,
+    new_problems: int,
+    new_tokens: int,
+    budget: int,
+    names: list[str] | tuple[str, ...] = FILTERS,
 ) -> dict[str, Any]:
-    """Accuracy per filter with its interval, how often the format was followed, completion length and the share cut
-    at the token budget (the engines stop a row at end-of-sequence without counting it, so reaching the budget means
-    the model was still writing)."""
+    """Accuracy per filter (GSM8K) or verifier (task) with its interval, and among well-formed answers where the
+    format is known; how often the format was followed, completion length and the share cut at the token budget
+    (the engines stop a row at end-of-sequence without counting it, so reaching the budget means the model was still
+    writing)."""
     n = len(records)
+    formed = [r for r in records if r["formatted"]]
     filters = {}
-    for name in FILTERS:
+    for name in names:
         correct = sum(bool(r["correct"][name]) for r in records)
         low, high = wilson_interval(correct, n)
         filters[name] = {"correct": correct, "accuracy": correct / n if n else 0.0, "ci95": [low, high]}
+        if formed:
+            filters[name]["accuracy_well_formed"] = sum(bool(r["correct"][name]) for r in formed) / len(formed)
     return {
         "problems": n,
         "filters": filters,
@@ -69,8 +78,9 @@ def behaviour(records: list[dict[str, Any]], budget: int | None) -> dict[str, fl
     """How often the format was followed, mean completion length, and the share cut at the token budget (left out
     when the budget is unknown: a summary without `max_new_tokens`)."""
     n = len(records)
+    known = n and all(r["formatted"] is not None for r in records)  # a task without a format reward has no rate
     result = {
-        "format_rate": sum(bool(r["formatted"]) for r in records) / n if n else 0.0,
+        "format_rate": sum(bool(r["formatted"]) for r in records) / n if known else None,
         "mean_new_tokens": sum(r["new_tokens"] for r in records) / n if n else 0.0,
     }
     if budget:

@@ -8,7 +8,6 @@ from rich.console import Console
 from rich.progress import Progress
 from rich.table import Table
 
-from grpo_cli.eval.scoring import FILTERS
 from grpo_cli.progress import progress_bar
 from grpo_cli.runs.layout import PREDICTIONS_FILE
 
@@ -24,18 +23,23 @@ class EvalDisplay:
         self.console.print(line, highlight=False)
 
     def start(
-        self, label: str, total: int, done: list[dict[str, Any]], unscorable: int = 0, engine: str | None = None
+        self,
+        label: str,
+        total: int,
+        done: list[dict[str, Any]],
+        unscorable: int = 0,
+        engine: str | None = None,
+        names: list[str] | tuple[str, ...] = ("strict-match", "flexible-extract"),
     ) -> None:
         self.label, self.total = label, total
         if engine:
             self.console.print(f"{label}: generating with {engine}", highlight=False)
         if unscorable:
             self.console.print(
-                f"{label}: left out {unscorable} problem(s) that cannot be scored (no question, or no "
-                "number after `####` in the answer)"
+                f"{label}: left out {unscorable} problem(s) that cannot be scored (no question or answer)"
             )
         self.scored = len(done)
-        self.correct = {name: sum(bool(r["correct"][name]) for r in done) for name in FILTERS}
+        self.correct = {name: sum(bool(r["correct"][name]) for r in done) for name in names}
         self.new = 0
         if done:
             self.console.print(f"{label}: continuing, {len(done)} of {total} problems already scored")
@@ -47,12 +51,12 @@ class EvalDisplay:
     def advance(self, records: list[dict[str, Any]], elapsed_s: float) -> None:
         self.scored += len(records)
         self.new += len(records)
-        for name in FILTERS:
+        for name in self.correct:
             self.correct[name] += sum(bool(r["correct"][name]) for r in records)
         rate = self.new / elapsed_s if elapsed_s > 0 else 0.0
-        stats = (
-            f"{rate:.2f} problems/s  acc strict {self.correct['strict-match'] / self.scored:.3f}  "
-            f"flexible {self.correct['flexible-extract'] / self.scored:.3f}"
+        shown = {"strict-match": "strict", "flexible-extract": "flexible"}
+        stats = f"{rate:.2f} problems/s  " + "  ".join(
+            f"acc {shown.get(name, name)} {correct / self.scored:.3f}" for name, correct in self.correct.items()
         )
         if self.progress:
             self.progress.update(self.task, completed=self.scored, stats=stats)
@@ -82,8 +86,9 @@ def summary_table(summary: dict[str, Any]) -> Table:
             f"{f['correct']}/{summary['problems']}",
         )
     session = summary["session"]
+    form = "no format reward" if summary["format_rate"] is None else f"format rate {_pct(summary['format_rate'])}"
     table.caption = (
-        f"format rate {_pct(summary['format_rate'])}   mean completion {summary['mean_new_tokens']:.0f} tokens"
+        f"{form}   mean completion {summary['mean_new_tokens']:.0f} tokens"
         f"   cut at the {summary['max_new_tokens']}-token budget {_pct(summary['cut_rate'])}"
     )
     if session["problems"]:

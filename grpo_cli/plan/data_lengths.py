@@ -68,7 +68,7 @@ def _measure(recipe: Recipe) -> DataLengths:
         return DataLengths(*light, recipe.data.source)
 
     from grpo_cli import data, models
-    from grpo_cli.quiet import quiet_libraries
+    from grpo_cli.progress import quiet_libraries
 
     quiet_libraries()
     tokenizer = models.tokenizer_without_weights(recipe)

@@ -197,7 +197,7 @@ def measure_steps(
 def _tolerant(func):
     """The reward behind training's guard, with any failure turned into missing values: preflight reports failures
     from its sampling, and its timing steps must not stop on them."""
-    from grpo_cli.train.reward_guard import GuardedReward, RewardFailure
+    from grpo_cli.reward_guard import GuardedReward, RewardFailure
 
     guarded = GuardedReward(func, warn=lambda line: None)
 

@@ -63,7 +63,7 @@ def score(funcs: list, prompts: list, completions: list, completion_ids: list, c
     """Each reward over the completions, behind training's guard; a reward that fails it (raises, returns the wrong
     count or something that is not a number) is retried one completion at a time, so one bad completion costs one
     value (None), not the batch. NaN and infinity count as None, as in training."""
-    from grpo_cli.train.reward_guard import GuardedReward, RewardFailure
+    from grpo_cli.reward_guard import GuardedReward, RewardFailure
 
     values: list[list[float | None]] = []
     errors: list[str | None] = []

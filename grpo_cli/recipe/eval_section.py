@@ -1,4 +1,4 @@
-"""The recipe's `eval:` section: which GSM8K data `grpo eval` scores, under which protocol, with what budget."""
+"""The recipe's `eval:` section: which data `grpo eval` scores, under which protocol, with what budget."""
 
 from __future__ import annotations
 
@@ -10,9 +10,13 @@ from grpo_cli.recipe.section import Section
 
 
 class EvalSection(Section):
-    """`grpo eval`: GSM8K accuracy of the recipe's model (base) or of a finished run."""
+    """`grpo eval`: accuracy of the recipe's model (base) or of a finished run, on GSM8K or on the recipe's task."""
 
-    source: str = Field("openai/gsm8k", description="Hub dataset, a local GSM8K-format .jsonl file, or `generated`.")
+    source: str = Field(
+        "openai/gsm8k",
+        description="Hub dataset, a local .jsonl file, or `generated`; with protocol task, unset means the recipe's "
+        "data.source (and data.config).",
+    )
     config: str | None = "main"
     split: str = "test"
     limit: int | None = Field(None, ge=1, description="Evaluate the first N problems (the same N for every model).")
@@ -20,10 +24,11 @@ class EvalSection(Section):
     max_new_tokens: int | None = Field(
         None, ge=1, description="Generation budget; default 512 for `chat`, 256 (lm-eval's max_gen_toks) for `lm-eval`."
     )
-    protocol: Literal["chat", "lm-eval"] = Field(
+    protocol: Literal["chat", "lm-eval", "task"] = Field(
         "chat",
-        description="chat: zero-shot with the chat template and the training system prompt; "
-        "lm-eval: lm-evaluation-harness `gsm8k` (5-shot plain text, strict-match and flexible-extract).",
+        description="chat: GSM8K zero-shot with the chat template and the training system prompt; "
+        "lm-eval: lm-evaluation-harness `gsm8k` (5-shot plain text, strict-match and flexible-extract); "
+        "task: the recipe's own data section on this split, scored by its verifier rewards.",
     )
     num_fewshot: int = Field(5, ge=0, description="Few-shot examples for the lm-eval protocol (lm-eval: 5).")
     fewshot_source: str | None = Field(

@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import Field
 
@@ -19,6 +19,13 @@ class RewardSpec(Section):
     timeout_s: float | None = Field(
         None, gt=0.0, description="Stop the run (with a checkpoint) when one call takes longer."
     )
+    role: Literal["verifier", "format", "shaping"] | None = Field(
+        None,
+        description="What `grpo eval` (eval.protocol: task) does with it: verifier = checks the answer (accuracy), "
+        "format = checks the form (format rate), shaping = nothing. Default by name: the built-in answer checks are "
+        "verifiers, the built-in *_format rewards formats, everything else shaping.",
+    )
+    pass_score: float = Field(1.0, description="A score at or above this counts as right (verifier) or well-formed.")
 
 
 class ToolSpec(Section):

@@ -148,31 +148,44 @@ def _evaluations(run_dir: Path) -> list[str]:
         base = Path(json.loads(comparison.read_text(encoding="utf-8"))["base"]) / SUMMARY_FILE
         if base.is_file() and base.resolve() not in {f.resolve() for f in found}:
             found.append(base)
+    task_rows = []
     for summary_file in found:
         summary = json.loads(summary_file.read_text(encoding="utf-8"))
-        filters = summary["filters"]
         data = (
             Path(summary["data"]["source"]).stem if Path(summary["data"]["source"]).suffix else summary["data"]["split"]
         )
-        rows.append(
-            f"| {summary['protocol']}, {data} | {summary['target']} | {summary['problems']} | "
-            + " | ".join(
-                f"{100 * filters[name]['accuracy']:.1f}% ({100 * filters[name]['ci95'][0]:.1f}-"
-                f"{100 * filters[name]['ci95'][1]:.1f})"
-                for name in ("strict-match", "flexible-extract")
-            )
-            + f" | {100 * summary['format_rate']:.1f}% |"
-        )
-    if not rows:
+        cells = " | ".join(_accuracy(summary["filters"][name]) for name in ("strict-match", "flexible-extract"))
+        if summary["protocol"] == "task":  # the recipe's own verifiers, named in the cell
+            cells = "; ".join(f"{name} {_accuracy(f)}" for name, f in summary["filters"].items())
+        form = "-" if summary["format_rate"] is None else f"{100 * summary['format_rate']:.1f}%"
+        row = f"| {summary['protocol']}, {data} | {summary['target']} | {summary['problems']} | {cells} | {form} |"
+        (task_rows if summary["protocol"] == "task" else rows).append(row)
+    if not rows and not task_rows:
         return ["", "## Evaluation", "", f"Not evaluated yet: `grpo eval --compare {run_dir}`."]
-    return [
-        "",
-        "## Evaluation (GSM8K, greedy; Wilson 95% intervals)",
-        "",
-        "| protocol-data | model | problems | strict-match | flexible-extract | format rate |",
-        "|---|---|---|---|---|---|",
-        *rows,
-    ]
+    lines = []
+    if rows:
+        lines += [
+            "",
+            "## Evaluation (GSM8K, greedy; Wilson 95% intervals)",
+            "",
+            "| protocol-data | model | problems | strict-match | flexible-extract | format rate |",
+            "|---|---|---|---|---|---|",
+            *rows,
+        ]
+    if task_rows:
+        lines += [
+            "",
+            "## Evaluation on the task (the recipe's verifiers, greedy; Wilson 95% intervals)",
+            "",
+            "| protocol-data | model | problems | accuracy by verifier | format rate |",
+            "|---|---|---|---|---|",
+            *task_rows,
+        ]
+    return lines
+
+
+def _accuracy(f: dict) -> str:
+    return f"{100 * f['accuracy']:.1f}% ({100 * f['ci95'][0]:.1f}-{100 * f['ci95'][1]:.1f})"
 
 
 def _load_snippet(run_dir: Path, recipe: Recipe) -> list[str]:

@@ -15,8 +15,8 @@ from typing import Any
 from transformers import TrainerCallback
 
 from grpo_cli.cpu_memory import peak_rss
+from grpo_cli.reward_guard import GuardedReward
 from grpo_cli.runs.layout import METRICS_FILE, SAMPLES_FILE
-from grpo_cli.train.reward_guard import GuardedReward
 
 
 def peak_memory_gb() -> tuple[float, str]:

@@ -113,8 +113,8 @@ def _watch(trainer, recipe: Recipe, console: Console, rows: int, recorder, check
 def _run_steps(trainer, recipe: Recipe, checkpoint: Path | None, display, interrupt) -> None:
     """Train from `checkpoint` (None: step 0) under the display; Ctrl-C stops after a step, a failing reward or
     environment stops with the finished steps saved."""
+    from grpo_cli.reward_guard import RewardFailure
     from grpo_cli.tools.guard import EnvironmentFailure
-    from grpo_cli.train.reward_guard import RewardFailure
 
     interrupt.install()
     try:

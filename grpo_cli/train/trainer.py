@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from grpo_cli.quiet import quiet_libraries
+from grpo_cli.progress import quiet_libraries
 from grpo_cli.recipe.schema import Recipe
 
 
@@ -101,7 +101,7 @@ def _tools(recipe: Recipe, tokenizer, warn) -> tuple[list | None, object | None]
 
 def guarded_rewards(recipe: Recipe, warn=print) -> list:
     """The recipe's rewards, each behind a guard; the first also keeps the samples written to samples.jsonl."""
-    from grpo_cli.train.reward_guard import GuardedReward
+    from grpo_cli.reward_guard import GuardedReward
     from rewards import resolve_rewards
 
     names = None

@@ -105,7 +105,7 @@ class WarmupSetup:
 def warmup_setup(recipe: Recipe) -> WarmupSetup:
     """The model and tokenizer, loaded as GRPO loads them (precision, frozen weights, LoRA or QLoRA)."""
     from grpo_cli import models
-    from grpo_cli.quiet import quiet_libraries
+    from grpo_cli.progress import quiet_libraries
     from grpo_cli.train.start_weights import named_adapter, start_from
     from grpo_cli.train.trainer import _load_model, _precision_here
 

@@ -84,7 +84,7 @@ def _prompt(question: str, data):
 
 def _reward(recipe: Recipe):
     """The named reward of the recipe, behind the same guard as in training (time limit, bad return values)."""
-    from grpo_cli.train.reward_guard import GuardedReward
+    from grpo_cli.reward_guard import GuardedReward
     from rewards import resolve_rewards
 
     spec = next(s for s in recipe.rewards if s.name == recipe.warmup.reward)
@@ -120,7 +120,7 @@ def _generate(model, tokenizer, prompts: list, k: int, recipe: Recipe, mixed: st
 
 def _score(reward, prompts: list, texts: list, ids: list, columns: dict, k: int, chat: bool) -> list:
     """The reward's score of every completion, with the dataset columns GRPO would pass it (answer, question)."""
-    from grpo_cli.train.reward_guard import RewardFailure
+    from grpo_cli.reward_guard import RewardFailure
 
     try:
         return reward(

@@ -1,0 +1,174 @@
+"""`grpo eval` on the recipe's own task (eval.protocol: task): the recipe's data section applied to a held-out split,
+each completion scored by the recipe's rewards as training called them: the verifiers (rewards that check the answer)
+give accuracy, the format rewards the format rate; shaping rewards are left out. Training reward is not task
+accuracy (a format learned, answers not): this is the figure that says which happened."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+
+from grpo_cli.data import build_prompt, gold_answer, select_rows
+from grpo_cli.errors import UserError
+from grpo_cli.eval.problems import GENERATED_TEST_SEED, Problem
+from grpo_cli.recipe.schema import Recipe
+
+# What a built-in reward is to evaluation when the recipe does not say (`role:`). Answer checks are verifiers;
+# rewards on the form are formats; everything else (length, proximity, partial credit) shapes training only.
+BUILTIN_VERIFIERS = {"correctness", "marked_correctness", "math_correctness", "exact_match", "normalized_match"}
+BUILTIN_FORMATS = {"strict_format", "soft_format", "think_format", "hashes_format", "answer_tag"}
+
+
+def role_of(spec) -> str:
+    if spec.role is not None:
+        return spec.role
+    if spec.name in BUILTIN_VERIFIERS:
+        return "verifier"
+    return "format" if spec.name in BUILTIN_FORMATS else "shaping"
+
+
+def task_source(recipe: Recipe) -> tuple[str, str | None]:
+    """eval.source when the recipe sets it, else the training data's own source (its held-out split is eval.split)."""
+    if "source" in recipe.eval.model_fields_set:
+        return recipe.eval.source, recipe.eval.config
+    return recipe.data.source, recipe.data.config
+
+
+def check_task(recipe: Recipe) -> None:
+    """A task evaluation needs reference answers and at least one reward that checks them."""
+    if not recipe.data.answer_column:
+        raise UserError(
+            "evaluating the task needs the reference answers: set data.answer_column to the column that holds them",
+            path="data.answer_column",
+        )
+    for index, spec in enumerate(recipe.rewards):
+        if spec.role == "verifier" and spec.name in BUILTIN_FORMATS:
+            raise UserError(
+                f"`{spec.name}` checks the form of an answer, not whether it is right: it cannot be a verifier; "
+                "set its role: format",
+                path=f"rewards[{index}].role",
+            )
+    if not any(role_of(spec) == "verifier" for spec in recipe.rewards):
+        names = ", ".join(f"`{s.name}`" for s in recipe.rewards) or "none"
+        raise UserError(
+            f"no reward checks the answer (rewards: {names}): add `correctness`, or mark your answer check "
+            "`role: verifier`",
+            path="rewards",
+        )
+
+
+def task_problems(recipe: Recipe, note=None) -> tuple[list[Problem], int, TaskScorer]:
+    """The held-out problems, how many rows were unusable, and their scorer; refusals come before any file."""
+    check_task(recipe)
+    problems, unscorable = load_task_problems(recipe)
+    scorer = TaskScorer(recipe)  # an unknown reward is refused here
+    overlap = training_overlap(recipe, problems)
+    if overlap and note:
+        note(
+            f"warning: {overlap} of the {len(problems)} evaluated prompts are also training prompts; "
+            "evaluate a held-out split (eval.split) or file (eval.source)"
+        )
+    return problems, unscorable, scorer
+
+
+def load_task_problems(recipe: Recipe) -> tuple[list[Problem], int]:
+    """The first eval.limit usable rows of the held-out split, in its order, prepared as training prepares rows; and
+    how many rows were left out as unusable."""
+    source, config = task_source(recipe)
+    held_out = recipe.data.model_copy(
+        update={
+            "source": source,
+            "config": config,
+            "split": recipe.eval.split,
+            "limit": recipe.eval.limit,
+            "shuffle_seed": None,
+            "max_solution_steps": None,  # the whole held-out split, not the training band
+        }
+    )
+    try:
+        rows, unusable = select_rows(held_out, seed=GENERATED_TEST_SEED)
+    except UserError as exc:  # the same data errors, under the key that chose this data
+        raise UserError(
+            [replace(q, path="eval.source") if q.path == "data.source" else q for q in exc.problems]
+        ) from None
+    column, answers = held_out.prompt_column, held_out.answer_column
+    problems = [
+        Problem(i, str(row[column]), str(row[answers]), gold_answer(row[answers], held_out.answer_format))
+        for i, row in enumerate(rows)
+    ]
+    return problems, sum(unusable.values())
+
+
+def task_settings(recipe: Recipe) -> dict[str, Any]:
+    """What makes two task evaluations the same one: the data as prepared and the rewards that score it."""
+    source, config = task_source(recipe)
+    data = recipe.data
+    return {
+        "source": source,
+        "config": config,
+        "prompt_column": data.prompt_column,
+        "answer_column": data.answer_column,
+        "answer_format": data.answer_format,
+        "scorers": [
+            {"name": s.name, "kwargs": s.kwargs, "role": role_of(s), "pass_score": s.pass_score}
+            for s in recipe.rewards
+            if role_of(s) != "shaping"
+        ],
+    }
+
+
+def training_overlap(recipe: Recipe, problems: list[Problem]) -> int:
+    """How many evaluated prompts are also training prompts (the same text): an evaluation on them measures
+    memory, not the task."""
+    rows, _ = select_rows(recipe.data, seed=recipe.training.seed)
+    seen = set(rows[recipe.data.prompt_column])
+    return sum(p.question in seen for p in problems)
+
+
+class TaskScorer:
+    """Scores one completion with the recipe's verifier and format rewards, each behind the training guard."""
+
+    def __init__(self, recipe: Recipe):
+        from grpo_cli.reward_guard import GuardedReward
+        from rewards import resolve_rewards
+
+        self.data = recipe.data
+        self.verifiers: list[tuple[str, Any, float]] = []
+        self.formats: list[tuple[str, Any, float]] = []
+        for spec, func in zip(recipe.rewards, resolve_rewards(recipe.rewards)):
+            role = role_of(spec)
+            if role == "shaping":
+                continue
+            group = self.verifiers if role == "verifier" else self.formats
+            label = spec.name if all(spec.name != name for name, _, _ in group) else f"{spec.name}#{len(group) + 1}"
+            group.append((label, GuardedReward(func, spec.timeout_s, label=spec.name), spec.pass_score))
+
+    @property
+    def names(self) -> list[str]:
+        return [name for name, _, _ in self.verifiers]
+
+    def score(self, completion: str, problem: Problem) -> dict[str, Any]:
+        from grpo_cli.reward_guard import RewardFailure
+
+        prompt = build_prompt(problem.question, self.data.system_prompt, self.data.chat)
+        columns = {
+            "prompts": [prompt],
+            "completions": [[{"role": "assistant", "content": completion}]] if self.data.chat else [completion],
+            "completion_ids": None,
+            "answer": [problem.gold],
+            "question": [problem.question],
+        }
+        try:
+            scores = {name: func(**columns)[0] for name, func, _ in self.verifiers + self.formats}
+        except RewardFailure as exc:
+            raise UserError(f"problem {problem.index}: {exc}", path="rewards") from None
+        passed = {
+            name: scores[name] is not None and scores[name] >= threshold
+            for name, _, threshold in self.verifiers + self.formats
+        }
+        return {
+            "extracted": {name: scores[name] for name, _, _ in self.verifiers},
+            "correct": {name: passed[name] for name, _, _ in self.verifiers},
+            # None: the recipe has no format reward, so there is no format rate to report
+            "formatted": all(passed[name] for name, _, _ in self.formats) if self.formats else None,
+        }
