@@ -34,6 +34,7 @@ def validate(recipe: RecipeArg, overrides: OverridesArg = None) -> None:
         "grpo train recipes/demo.yaml|offline CPU demo",
         "grpo train my.yaml training.max_steps=50 lora.r=8",
         "grpo train my.yaml --resume|continue from the last whole checkpoint",
+        "grpo train my.yaml validation.every_steps=10|held-out accuracy every 10 steps (eval's data and scorer)",
         "grpo train my.yaml --num-processes 8 --strategy zero3|8 GPUs through accelerate + DeepSpeed",
     )
 )
@@ -60,12 +61,25 @@ def train(
         "distributed.strategy": strategy,
         "distributed.accelerate_config": str(accelerate_config) if accelerate_config else None,
     }
+
+    def echo(line: str) -> None:
+        typer.echo(line, err=True)
+
     with user_errors():
-        code = run(
-            load_recipe(recipe, overrides, options=options), resume, echo=lambda line: typer.echo(line, err=True)
-        )
+        loaded = load_recipe(recipe, overrides, options=options)
+        code = run(loaded, resume, echo=echo, validate=_validation(loaded, echo))
     if code:
         raise typer.Exit(code)
+
+
+def _validation(recipe, echo):
+    """The held-out validation a `validation:` section asks for, built from evaluation's code and handed to training
+    as a callable (the two packages meet only here); its data is checked before the run directory is written."""
+    if recipe.validation is None:
+        return None
+    from grpo_cli.eval.training_validation import held_out_validation
+
+    return held_out_validation(recipe, warn=echo)
 
 
 @app.command(

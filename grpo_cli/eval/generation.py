@@ -51,8 +51,19 @@ class HFGenerator:
 
     name = "transformers"
 
-    def __init__(self, model, tokenizer, max_new_tokens: int, stops: list[str], max_length: int | None = None):
+    def __init__(
+        self,
+        model,
+        tokenizer,
+        max_new_tokens: int,
+        stops: list[str],
+        max_length: int | None = None,
+        inference_mode: bool = True,
+    ):
         self.model, self.tokenizer = model, tokenizer
+        # A model that trains on afterwards generates under no_grad: a tensor it caches under inference mode (a
+        # rotary table, say) could never enter autograd again.
+        self.inference_mode = inference_mode
         self.max_new_tokens = max_new_tokens
         eos = tokenizer.eos_token
         self.stops = [*stops, *([eos] if eos and eos not in stops else [])]
@@ -100,7 +111,7 @@ class HFGenerator:
         budgets = budgets or [self.max_new_tokens] * len(prompts)
         for batch in length_sorted_batches(self.prompt_lengths(prompts), batch_size, sort_texts(prompts)):
             input_ids, attention_mask = self._encode([prompts[i] for i in batch])
-            with torch.inference_mode():
+            with torch.inference_mode() if self.inference_mode else torch.no_grad():
                 output = self.model.generate(
                     input_ids=input_ids,
                     attention_mask=attention_mask,

@@ -58,6 +58,31 @@ def cross_field_problems(recipe: Recipe) -> list[tuple[KeyPath, str]]:
     out += _distributed_problems(recipe)
     out += _tool_use_problems(recipe)
     out += warmup_problems(recipe)
+    out += _validation_problems(recipe)
+    return out
+
+
+def _validation_problems(recipe: Recipe) -> list[tuple[KeyPath, str]]:
+    """What validation while training cannot do yet: it generates in rank 0's process with plain `generate`."""
+    if recipe.validation is None:
+        return []
+    out: list[tuple[KeyPath, str]] = []
+    if recipe.tools or recipe.environment is not None:
+        out.append(
+            (
+                ("validation",),
+                "validation while training runs without the tool loop; remove `validation:` and score the "
+                "checkpoints afterwards with grpo eval --run RUN/checkpoint-N",
+            )
+        )
+    if recipe.num_processes > 1:
+        out.append(
+            (
+                ("validation",),
+                "validation while training runs in one process; remove `validation:` (or train with "
+                "distributed.num_processes=1) and score the checkpoints with grpo eval --run RUN/checkpoint-N",
+            )
+        )
     return out
 
 

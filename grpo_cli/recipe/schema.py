@@ -16,6 +16,7 @@ from grpo_cli.recipe.eval_section import EvalSection
 from grpo_cli.recipe.machine import ArchitectureSection, DistributedSection, HardwareSection
 from grpo_cli.recipe.section import Section
 from grpo_cli.recipe.user_code import EnvironmentSpec, RewardSpec, ToolSpec
+from grpo_cli.recipe.validation_section import ValidationSection
 from grpo_cli.recipe.warmup_section import WarmupSection
 
 Dtype = Literal["bfloat16", "float16", "float32"]
@@ -231,6 +232,7 @@ class Recipe(Section):
     grpo: GRPOSection = Field(default_factory=GRPOSection)
     training: TrainingSection = Field(default_factory=TrainingSection)
     eval: EvalSection = Field(default_factory=EvalSection)
+    validation: ValidationSection | None = Field(None, description="Held-out accuracy while training; absent = off.")
     hardware: HardwareSection = Field(default_factory=HardwareSection)
     distributed: DistributedSection = Field(default_factory=DistributedSection)
     trl: dict[str, Any] = Field(

@@ -57,10 +57,15 @@ def load_recipe(
     written = apply_overrides(data, list(overrides or [])) | apply_options(data, options or {})
 
     def problem(path: KeyPath, message: str) -> Problem:
-        # An error on an override's key, or on a section only an override named (not in the file), is the
-        # command line's, not line 1 of the file's.
+        # An error on an override's key, or inside a section only an override named (not in the file: a required
+        # key missing beside the one it set), is the command line's, not line 1 of the file's.
         from_command_line = file is None or (
-            bool(path) and any(path[: len(o)] == o or (o[: len(path)] == path and path not in lines) for o in written)
+            bool(path)
+            and any(
+                path[: len(o)] == o
+                or any(o[:end] == path[:end] and path[:end] not in lines for end in range(1, len(path) + 1))
+                for o in written
+            )
         )
         if from_command_line:
             return Problem(message, format_path(path), source=COMMAND_LINE)

@@ -24,6 +24,7 @@ from grpo_cli.runs.layout import (
     WARMUP_SOURCE_FILE,
     headline_keys,
 )
+from grpo_cli.runs.validation_curve import best_line, training_rows
 
 
 def write_model_card(run_dir: Path, recipe: Recipe) -> Path:
@@ -37,7 +38,8 @@ def write_model_card(run_dir: Path, recipe: Recipe) -> Path:
 
 
 def render_card(run_dir: Path, recipe: Recipe) -> str:
-    metrics = read_jsonl(run_dir / METRICS_FILE, required=("step",)).rows
+    logged = read_jsonl(run_dir / METRICS_FILE, required=("step",)).rows
+    metrics = training_rows(logged)
     finished = (run_dir / FINAL_DIR).is_dir()
     lines = [
         "---",
@@ -78,6 +80,9 @@ def render_card(run_dir: Path, recipe: Recipe) -> str:
         first, last = metrics[0], metrics[-1]
         keys = headline_keys(last) + ["completions/clipped_ratio", "step_time_s"]
         lines += [f"| {key} | {_number(first.get(key))} | {_number(last.get(key))} |" for key in keys if key in last]
+    validation = best_line(logged)
+    if validation:  # `validation:`: greedy accuracy on a held-out slice during training
+        lines += ["", "## Validation while training", "", validation + "."]
     lines += _evaluations(run_dir)
     lines += [
         "",

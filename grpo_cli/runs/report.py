@@ -1,4 +1,5 @@
-"""`grpo report`: reward, KL and completion-length curves of a run as one PNG."""
+"""`grpo report`: reward (with the held-out validation accuracy beside it), KL and completion-length curves of a run
+as one PNG."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ from pathlib import Path
 from grpo_cli.errors import UserError
 from grpo_cli.files import check_writable_file, read_jsonl
 from grpo_cli.runs.layout import METRICS_FILE, REPORT_FILE, WARMUP_DIR, reward_keys
+from grpo_cli.runs.validation_curve import PREFIX, accuracy_keys
 
 TOOL_KEYS = ("tools/call_frequency", "tools/failure_frequency", "tools/malformed_frequency")
 
@@ -27,7 +29,9 @@ def read_metrics(run_dir: Path, warn=None) -> list[dict]:
 
 def panels_for(rows: list[dict]) -> list[tuple[str, list[str]]]:
     """(title, metric keys) of each panel the report draws for these logged steps."""
-    panels = [("reward", ["reward", *reward_keys({k for r in rows for k in r})])]
+    validation = accuracy_keys(rows)  # on the reward's panel: a reward that climbs while accuracy does not shows
+    title = "reward; held-out accuracy (dashed)" if validation else "reward"
+    panels = [(title, ["reward", *reward_keys({k for r in rows for k in r}), *validation])]
     if any(r.get("kl") is not None for r in rows):
         panels.append(("KL to reference", ["kl"]))
     panels.append(("completion length (tokens)", ["completions/mean_length"]))
@@ -64,12 +68,7 @@ def plot_run(run_dir: Path, output: Path | None = None, warn=None) -> Path:
             values = [r.get(key) for r in rows]
             points = [(s, v) for s, v in zip(steps, values) if v is not None]
             if points:
-                label = (
-                    key.removeprefix("rewards/").removeprefix("tools/").removesuffix("/mean")
-                    if key != "reward"
-                    else "total"
-                )
-                ax.plot(*zip(*points), label=label, linewidth=2.0 if key == "reward" else 1.2)
+                ax.plot(*zip(*points), **_line_style(key))
         ax.set_title(title)
         ax.grid(alpha=0.3)
         if len(keys) > 1:
@@ -80,6 +79,15 @@ def plot_run(run_dir: Path, output: Path | None = None, warn=None) -> Path:
     fig.savefig(output, dpi=110)
     plt.close(fig)
     return output
+
+
+def _line_style(key: str) -> dict:
+    """A metric's label and line: the total reward bold, validation accuracies dashed with a marker per validation."""
+    if key.startswith(PREFIX):
+        name = key.removeprefix(PREFIX).removesuffix("/accuracy")
+        return {"label": f"validation {name}", "linestyle": "--", "marker": "o", "linewidth": 1.5}
+    label = key.removeprefix("rewards/").removeprefix("tools/").removesuffix("/mean") if key != "reward" else "total"
+    return {"label": label, "linewidth": 2.0 if key == "reward" else 1.2}
 
 
 def _warmup_losses(run_dir: Path) -> list[tuple[int, float]]:

@@ -54,6 +54,10 @@ class MetricsCallback(TrainerCallback):
         self._last_time = time.perf_counter()
         self._last_step = state.global_step
 
+    def exclude_seconds(self, seconds: float) -> None:
+        """Time spent outside training since the last logging step (a validation): not part of step_time_s."""
+        self._last_time += seconds
+
     def on_log(self, args, state, control, logs=None, **kwargs):
         if not state.is_world_process_zero or not logs or "loss" not in logs:
             return

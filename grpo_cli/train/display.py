@@ -10,6 +10,7 @@ from rich.table import Table
 
 from grpo_cli.progress import progress_bar
 from grpo_cli.runs.layout import headline_keys
+from grpo_cli.runs.validation_curve import PREFIX, SECONDS_KEY, accuracy_keys
 
 SHOWN = (("reward", "reward"), ("kl", "kl"), ("completions/mean_length", "len"), ("loss", "loss"))
 
@@ -24,6 +25,7 @@ class TrainingDisplay:
         self.total = total_steps
         self.steps_done = steps_done  # a resumed run starts counting at its checkpoint's step
         self.history: list[dict] = []
+        self.validations: list[dict] = []  # the validation rows (`validation:`), beside the training steps
         self.progress = None
         self.stats = "generating..."
         self._last_phase_line = time.monotonic()
@@ -63,6 +65,21 @@ class TrainingDisplay:
             self.console.print(
                 f"step {record['step']}/{self.total}  {stats}  ({record['step_time_s']:.1f}s/step)", highlight=False
             )
+
+    def validated(self, row: dict) -> None:
+        """A validation row (validation_callback.py): one line above the progress bar, kept for the summary."""
+        self.validations.append(row)
+        shown = "  ".join(
+            f"{key.removeprefix(PREFIX).removesuffix('/accuracy')} {row[key]:.3f}" for key in accuracy_keys([row])
+        )
+        rate = row.get(f"{PREFIX}format_rate")
+        self.console.print(
+            f"validation at step {row['step']}: {shown}"
+            + (f"  format {rate:.3f}" if rate is not None else "")
+            + f"  ({row[f'{PREFIX}problems']} problems, {row[SECONDS_KEY]:.1f}s)",
+            highlight=False,
+            soft_wrap=True,
+        )
 
     def summary(self) -> Table:
         """First and last logged values of the headline metrics."""

@@ -3,16 +3,21 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from rich.console import Console
 
 from grpo_cli.errors import UserError
 from grpo_cli.recipe.schema import Recipe
+from grpo_cli.runs.validation_curve import best_line
 from grpo_cli.train.runtime import check_runtime
 from grpo_cli.train.trainer import build_trainer, guarded_rewards
+
+if TYPE_CHECKING:
+    from grpo_cli.train.validation_callback import Validate
 
 
 @dataclass
@@ -22,11 +27,13 @@ class TrainResult:
     interrupted: bool
     final_dir: Path | None
     metrics: list[dict]
+    validations: list[dict] = field(default_factory=list)  # the `validation:` rows, in step order
 
 
-def run(recipe: Recipe, resume: bool = False, echo=print) -> int:
+def run(recipe: Recipe, resume: bool = False, echo=print, validate: Validate | None = None) -> int:
     """`grpo train`: through `accelerate launch` when the recipe asks for several processes, else here. Exit code:
-    0 finished, 130 interrupted (a checkpoint was saved when a step had finished)."""
+    0 finished, 130 interrupted (a checkpoint was saved when a step had finished). `validate`: the held-out
+    validation a `validation:` section asks for, built by the command from evaluation's code."""
     from grpo_cli.cpu_memory import skip_unused_bitsandbytes
     from grpo_cli.train import distributed
 
@@ -34,14 +41,16 @@ def run(recipe: Recipe, resume: bool = False, echo=print) -> int:
     if distributed.wants_launch(recipe):
         return distributed.launch(recipe, resume, echo=echo)
     try:
-        result = train(recipe, resume=resume)
+        result = train(recipe, resume=resume, validate=validate)
     except KeyboardInterrupt:  # before the first step (loading) or a second Ctrl-C: nothing to save
         echo("interrupted")
         return 130
     return 130 if result.interrupted else 0
 
 
-def train(recipe: Recipe, resume: bool = False, console: Console | None = None) -> TrainResult:
+def train(
+    recipe: Recipe, resume: bool = False, console: Console | None = None, validate: Validate | None = None
+) -> TrainResult:
     """Run a recipe to the end (or to Ctrl-C), writing everything a run keeps into its run directory."""
     from grpo_cli.recipe.precision import precision_label
     from grpo_cli.train.callbacks import InterruptCallback
@@ -70,15 +79,26 @@ def train(recipe: Recipe, resume: bool = False, console: Console | None = None) 
     )
     for line in prepared.report(recipe):
         console.print(line, highlight=False)
-    display = _watch(trainer, recipe, console, len(prepared.dataset), reward_funcs[0], checkpoint)
+    display, metrics = _watch(trainer, recipe, console, len(prepared.dataset), reward_funcs[0], checkpoint)
+    if validate is not None and recipe.validation is not None:
+        _validate_while_training(trainer, recipe, validate, display, metrics, interrupt)
     _run_steps(trainer, recipe, checkpoint, display, interrupt)
     final_dir = _save_final(trainer, recipe, interrupt.requested, console)
     console.print(display.summary())
+    if display.validations:
+        console.print(best_line(display.validations), highlight=False, soft_wrap=True)
     if final_dir:
         console.print(
             f"saved {'adapter' if recipe.lora else 'model'} to {final_dir}; plot with: grpo report {recipe.output_dir}"
         )
-    return TrainResult(recipe.output_dir, trainer.state.global_step, interrupt.requested, final_dir, display.history)
+    return TrainResult(
+        recipe.output_dir,
+        trainer.state.global_step,
+        interrupt.requested,
+        final_dir,
+        display.history,
+        display.validations,
+    )
 
 
 def _watch(trainer, recipe: Recipe, console: Console, rows: int, recorder, checkpoint: Path | None):
@@ -96,18 +116,35 @@ def _watch(trainer, recipe: Recipe, console: Console, rows: int, recorder, check
         recipe.generation_batch_per_process,
         recipe.training.gradient_accumulation_steps,
     )
+    metrics = MetricsCallback(
+        recipe.output_dir,
+        recipe.training.log_completions,
+        recipe.generation_batch_size,
+        recorder,
+        on_metrics=display.update,
+        generation_seconds=phases.take_generation_seconds,
+    )
+    trainer.add_callback(metrics)
+    phases.install(trainer)
+    return display, metrics
+
+
+def _validate_while_training(trainer, recipe: Recipe, validate: Validate, display, metrics, interrupt) -> None:
+    """The held-out validation as a callback: its rows go into metrics.jsonl and onto the console, its seconds are
+    left out of the training steps' times."""
+    from grpo_cli.train.validation_callback import ValidationCallback
+
     trainer.add_callback(
-        MetricsCallback(
+        ValidationCallback(
+            validate,
+            recipe.validation.every_steps,
             recipe.output_dir,
-            recipe.training.log_completions,
-            recipe.generation_batch_size,
-            recorder,
-            on_metrics=display.update,
-            generation_seconds=phases.take_generation_seconds,
+            show=display.phase,
+            on_row=display.validated,
+            exclude_seconds=metrics.exclude_seconds,
+            stopping=lambda: interrupt.requested,
         )
     )
-    phases.install(trainer)
-    return display
 
 
 def _run_steps(trainer, recipe: Recipe, checkpoint: Path | None, display, interrupt) -> None:

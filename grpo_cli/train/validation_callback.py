@@ -1,0 +1,63 @@
+"""Validation while training (`validation:`): a callable injected by the command that starts the run (training
+imports nothing from evaluation) is called before the first step, every `every_steps` optimizer steps and after the
+last, on the model being trained; each result is one row of metrics.jsonl."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from transformers import TrainerCallback
+
+from grpo_cli.runs.layout import METRICS_FILE
+from grpo_cli.runs.validation_curve import SECONDS_KEY
+
+# model, tokenizer -> {"val/<name>/accuracy": ..., ...}
+Validate = Callable[[object, object], dict[str, float]]
+
+
+class ValidationCallback(TrainerCallback):
+    """Runs the validation at the steps it is due, writes its row, shows it, and tells the metrics callback the
+    seconds it took (so they are not counted as training time)."""
+
+    def __init__(
+        self,
+        validate: Validate,
+        every_steps: int,
+        run_dir: Path,
+        show: Callable[[str], None],
+        on_row: Callable[[dict], None],
+        exclude_seconds: Callable[[float], None],
+        stopping: Callable[[], bool] = lambda: False,
+    ):
+        self.validate, self.every_steps = validate, every_steps
+        self.metrics_path = run_dir / METRICS_FILE
+        self.show, self.on_row, self.exclude_seconds, self.stopping = show, on_row, exclude_seconds, stopping
+        self._first_step_seen = False
+
+    def on_step_begin(self, args, state, control, **kwargs):
+        """Before the first step of a run that starts at step 0: the accuracy training starts from."""
+        if not self._first_step_seen:
+            self._first_step_seen = True
+            if state.global_step == 0:  # a resumed run has its earlier validations already
+                self._run(state, kwargs)
+
+    def on_step_end(self, args, state, control, **kwargs):
+        due = state.global_step % self.every_steps == 0 or state.global_step >= state.max_steps
+        if due and not self.stopping():  # Ctrl-C asked to stop: save and go, do not make the user wait
+            self._run(state, kwargs)
+
+    def _run(self, state, kwargs) -> None:
+        if not state.is_world_process_zero:
+            return
+        self.show("validating on the held-out slice...")
+        started = time.perf_counter()
+        figures = self.validate(kwargs["model"], kwargs["processing_class"])
+        seconds = time.perf_counter() - started
+        row = {"step": state.global_step, **figures, SECONDS_KEY: round(seconds, 3)}
+        with self.metrics_path.open("a", encoding="utf-8") as fh:
+            fh.write(json.dumps(row) + "\n")
+        self.exclude_seconds(seconds)
+        self.on_row(row)
