@@ -91,7 +91,7 @@ def main() -> None:
         from grpo_cli.models import load_model
 
         dtype = compute_dtype(recipe)
-        base = load_model(recipe.model_copy(update={"model": recipe.model.model_copy(update={"dtype": dtype})}))
+        base = load_model(recipe.model.model_copy(update={"dtype": dtype}), recipe.quantization)
     else:
         base = model.get_base_model()
     engine = ContinuousGenerator(base, tokenizer, recipe.grpo.max_completion_length, [])

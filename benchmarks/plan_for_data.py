@@ -57,7 +57,7 @@ def worst_first_batch(recipe_path: str, overrides: list[str], folder: Path) -> t
     from grpo_cli.recipe.validation import load_recipe
 
     recipe = load_recipe(ROOT / recipe_path, overrides)
-    tokenizer = models.tokenizer_without_weights(recipe)
+    tokenizer = models.tokenizer_without_weights(recipe.model)
     prepared = data.prepare(recipe.data, tokenizer, seed=recipe.training.seed)
     order = sorted(range(len(prepared.prompt_lengths)), key=lambda i: -prepared.prompt_lengths[i])
     per_step = recipe.generation_batch_size // recipe.grpo.num_generations

@@ -20,38 +20,36 @@ def resolve_model_path(name: str) -> str:
     return location
 
 
-def load_tokenizer(recipe):
-    """Left-padded tokenizer (generation needs left padding), with a pad token."""
+def load_tokenizer(model):
+    """The model section's tokenizer, left-padded (generation needs left padding), with a pad token."""
     from transformers import AutoTokenizer
 
-    source = recipe.model.tokenizer or resolve_model_path(recipe.model.name)
+    source = model.tokenizer or resolve_model_path(model.name)
     try:
         tokenizer = AutoTokenizer.from_pretrained(
             source,
             padding_side="left",
-            revision=recipe.model.revision,
-            trust_remote_code=recipe.model.trust_remote_code,
+            revision=model.revision,
+            trust_remote_code=model.trust_remote_code,
         )
     except (OSError, ValueError) as exc:
-        raise UserError(
-            _not_found(source, exc), path="model.tokenizer" if recipe.model.tokenizer else "model.name"
-        ) from None
+        raise UserError(_not_found(source, exc), path="model.tokenizer" if model.tokenizer else "model.name") from None
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
     return tokenizer
 
 
-def tokenizer_without_weights(recipe):
-    """The recipe's tokenizer for measuring prompts before any weight exists: a .gguf model is not converted (that
-    takes minutes); its tokenizer is read from the file once and kept beside the converted models."""
+def tokenizer_without_weights(model):
+    """The model section's tokenizer for measuring prompts before any weight exists: a .gguf model is not converted
+    (that takes minutes); its tokenizer is read from the file once and kept beside the converted models."""
     from transformers import AutoTokenizer
 
     from grpo_cli.files import cache_root
     from grpo_cli.gguf import converted_dir
 
-    location = recipe.model.tokenizer or model_location(recipe.model.name)
+    location = model.tokenizer or model_location(model.name)
     if not location.endswith(".gguf"):
-        return load_tokenizer(recipe)
+        return load_tokenizer(model)
     gguf = Path(location)
     converted = converted_dir(gguf)
     if (converted / "config.json").exists():
@@ -64,9 +62,9 @@ def tokenizer_without_weights(recipe):
     return AutoTokenizer.from_pretrained(str(kept), padding_side="left")
 
 
-def quantization_config(recipe):
-    """bitsandbytes config for QLoRA (4-bit) or 8-bit base weights; None for full and plain LoRA."""
-    q = recipe.quantization
+def quantization_config(q, dtype: str):
+    """bitsandbytes config for the quantization section `q` (QLoRA 4-bit or 8-bit base weights; computing in
+    `dtype` unless it names one); None without it (full and plain LoRA)."""
     if q is None:
         return None
     import torch  # after the early return, with BitsAndBytesConfig: only a quantized base reads either
@@ -78,20 +76,20 @@ def quantization_config(recipe):
         load_in_4bit=True,
         bnb_4bit_quant_type=q.quant_type,
         bnb_4bit_use_double_quant=q.double_quant,
-        bnb_4bit_compute_dtype=getattr(torch, q.compute_dtype or recipe.model.dtype),
+        bnb_4bit_compute_dtype=getattr(torch, q.compute_dtype or dtype),
     )
 
 
-def pretrained_kwargs(recipe) -> dict:
-    """`from_pretrained` arguments every load of the recipe's model shares: the dtype is always explicit (TRL and
-    transformers would default to float32), remote code only when the recipe turns it on."""
+def pretrained_kwargs(model) -> dict:
+    """`from_pretrained` arguments every load of the section's model shares: the dtype is always explicit (TRL and
+    transformers would default to float32), remote code only when the section turns it on."""
     import torch
 
     return dict(
-        dtype=getattr(torch, recipe.model.dtype),
-        attn_implementation=recipe.model.attn_implementation,
-        revision=recipe.model.revision,
-        trust_remote_code=recipe.model.trust_remote_code,
+        dtype=getattr(torch, model.dtype),
+        attn_implementation=model.attn_implementation,
+        revision=model.revision,
+        trust_remote_code=model.trust_remote_code,
     )
 
 
@@ -100,8 +98,9 @@ def is_lora_adapter(path: str | Path) -> bool:
     return (Path(path) / "adapter_config.json").is_file()
 
 
-def load_model(recipe, frozen_linear_dtype: str | None = None):
-    """The policy model, in the recipe's dtype (never TRL's float32 default), quantized for QLoRA.
+def load_model(model, quantization=None, frozen_linear_dtype: str | None = None):
+    """The model section's model, in its dtype (never TRL's float32 default), quantized as the quantization
+    section says (QLoRA).
 
     A float32 run of a checkpoint stored narrower loads it as stored (memory-mapped, nothing read yet) and widens it
     tensor by tensor from the file, instead of from_pretrained's conversion, which holds the whole mapped file beside
@@ -111,9 +110,9 @@ def load_model(recipe, frozen_linear_dtype: str | None = None):
     import torch
     from transformers import AutoModelForCausalLM
 
-    location = resolve_model_path(recipe.model.name)
-    kwargs = pretrained_kwargs(recipe)
-    quant = quantization_config(recipe)
+    location = resolve_model_path(model.name)
+    kwargs = pretrained_kwargs(model)
+    quant = quantization_config(quantization, model.dtype)
     if quant is not None:
         kwargs["quantization_config"] = quant
         if torch.cuda.is_available():
@@ -123,24 +122,24 @@ def load_model(recipe, frozen_linear_dtype: str | None = None):
             kwargs["device_map"] = {"": PartialState().local_process_index}
     stored = None
     try:
-        if quant is None and recipe.model.dtype == "float32":
+        if quant is None and model.dtype == "float32":
             stored = _stored_dtype(location, kwargs)
             stored = stored if stored in ("bfloat16", "float16") else None
         if stored:
             kwargs["dtype"] = getattr(torch, stored)
-        model = AutoModelForCausalLM.from_pretrained(location, **kwargs)
+        loaded = AutoModelForCausalLM.from_pretrained(location, **kwargs)
     except OSError as exc:
         raise UserError(_not_found(location, exc), path="model.name") from None
     except ImportError as exc:  # flash-attn or another optional kernel package is missing
         raise UserError(f"{exc}", path="model.attn_implementation") from None
     if stored:
         _widen_from_file(
-            model,
-            _stored_tensors(location, recipe.model.revision),
+            loaded,
+            _stored_tensors(location, model.revision),
             torch.float32,
             keep_linears=stored == frozen_linear_dtype,
         )
-    return model
+    return loaded
 
 
 def _stored_dtype(location: str, kwargs: dict) -> str | None:
@@ -248,11 +247,10 @@ def _not_found(name: str, exc: Exception) -> str:
     )
 
 
-def lora_config(recipe):
-    """peft LoraConfig from the recipe's `lora` section (`all-linear` spares the output head)."""
+def lora_config(lora):
+    """peft LoraConfig from a `lora` section (`all-linear` spares the output head)."""
     from peft import LoraConfig
 
-    lora = recipe.lora
     targets = lora.target_modules
     return LoraConfig(
         r=lora.r,

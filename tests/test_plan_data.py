@@ -35,7 +35,7 @@ def planned(recipe_path, *args) -> dict:
 
 def prepared_lengths(recipe_path) -> list[int]:
     recipe = load_recipe(recipe_path)
-    tokenizer = models.load_tokenizer(recipe)
+    tokenizer = models.load_tokenizer(recipe.model)
     return data.prepare(recipe.data, tokenizer, seed=recipe.training.seed).prompt_lengths
 
 
@@ -107,7 +107,7 @@ def test_train_checks_ram_with_the_same_figure_as_the_plan(tiny_qwen2, tmp_path,
 
 
 def full_lengths(recipe, tools=None) -> tuple[int, int]:
-    tokenizer = models.load_tokenizer(recipe)
+    tokenizer = models.load_tokenizer(recipe.model)
     prepared = data.prepare(recipe.data, tokenizer, seed=recipe.training.seed, tools=tools)
     return max(prepared.prompt_lengths), len(prepared.prompt_lengths)
 
@@ -117,7 +117,7 @@ def test_once_a_folder_was_seen_the_plan_counts_without_torch_the_tokens_trainin
 
     recipe = load_recipe(write_recipe(tmp_path, tiny_qwen2, data={"limit": 200, "max_prompt_length": 64}))
     assert longest_prompt(recipe) is None  # a folder not seen yet: the full tokenizer decides
-    remember_class(models.load_tokenizer(recipe))  # as the first plan of the folder does
+    remember_class(models.load_tokenizer(recipe.model))  # as the first plan of the folder does
     assert longest_prompt(recipe) == full_lengths(recipe)
 
     rows = [{"question": f"Q{i}: what is {i} + {i}? " * (1 + i % 7), "answer": f"#### {2 * i}"} for i in range(60)]
@@ -146,7 +146,7 @@ def test_the_tool_descriptions_count_in_both_ways(tool_model, tmp_path):
     from grpo_cli.tools.registry import guarded_tools
 
     recipe = load_recipe(write_recipe(tmp_path, tool_model, tools=[{"name": "calculator"}]))
-    remember_class(models.load_tokenizer(recipe))
+    remember_class(models.load_tokenizer(recipe.model))
     tools = guarded_tools(recipe.tools)
     with_tools = longest_prompt(recipe, tools)
     assert with_tools == full_lengths(recipe, tools) and with_tools[0] > longest_prompt(recipe)[0]

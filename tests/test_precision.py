@@ -176,8 +176,8 @@ def test_a_bf16_checkpoint_keeps_its_frozen_linears_as_stored(tmp_path, tiny_lla
     AutoModelForCausalLM.from_pretrained(tiny_llama, dtype=torch.bfloat16).save_pretrained(stored)
     AutoTokenizer.from_pretrained(tiny_llama).save_pretrained(stored)
     recipe = load_recipe(write_recipe(tmp_path, stored, lora={"r": 4}), ["model.mixed_precision=bf16"])
-    kept = load_model(recipe, "bfloat16")
-    reference = load_model(recipe).requires_grad_(False)  # as under PEFT: the base is frozen
+    kept = load_model(recipe.model, recipe.quantization, "bfloat16")
+    reference = load_model(recipe.model, recipe.quantization).requires_grad_(False)  # as under PEFT: the base is frozen
     for module in frozen_linears(reference):
         module.to(torch.bfloat16)
     assert dict(kept.named_parameters()).keys() == dict(reference.named_parameters()).keys()
@@ -201,7 +201,7 @@ def test_a_bf16_checkpoint_keeps_its_frozen_linears_as_stored(tmp_path, tiny_lla
     )
     widened = load_recipe(write_recipe(tmp_path, stored), [])  # full fine-tuning in float32: every tensor widened
     for (name, a), b in zip(
-        load_model(widened).named_parameters(),
+        load_model(widened.model).named_parameters(),
         AutoModelForCausalLM.from_pretrained(stored, dtype=torch.float32).parameters(),
     ):
         assert a.dtype == torch.float32 and torch.equal(a, b), name
@@ -211,7 +211,8 @@ def test_a_bf16_checkpoint_keeps_its_frozen_linears_as_stored(tmp_path, tiny_lla
     trainer, _ = build_trainer(recipe, recipe.output_dir)  # through TRL and PEFT: the adapters are float32
     trainable = [p for p in trainer.model.parameters() if p.requires_grad]
     assert trainable and all(p.dtype == torch.float32 for p in trainable)
-    float32_checkpoint = load_model(load_recipe(write_recipe(tmp_path, tiny_llama, lora={"r": 4})), "bfloat16")
+    lora_recipe = load_recipe(write_recipe(tmp_path, tiny_llama, lora={"r": 4}))
+    float32_checkpoint = load_model(lora_recipe.model, None, "bfloat16")
     assert all(p.dtype == torch.float32 for p in float32_checkpoint.parameters())  # not stored in bf16: all widened
 
 
@@ -278,7 +279,7 @@ def test_eval_generates_in_the_training_precision_with_the_adapter_unmerged(tmp_
 
     def logits(mixed: str):
         recipe = load_recipe(write_recipe(tmp_path, tiny_llama), [f"model.mixed_precision={mixed}"])
-        generator, _ = _generator(recipe, target, budget=4)
+        generator, _ = _generator(recipe, recipe.model, target, budget=4)
         with torch.inference_mode():
             return recipe, generator.model, generator.model(input_ids=ids).logits.float()
 

@@ -95,12 +95,12 @@ def evaluate(recipe: Recipe, target: Target, output: Path, display=None, engine:
     else:
         problems, unscorable = load_problems(ev)
     pool = fewshot_pool(ev) if ev.protocol == "lm-eval" and ev.num_fewshot else []  # its errors come before any file
-    model_recipe = recipe.model_copy(update={"model": recipe.model.model_copy(update={"name": target.model})})
+    model = recipe.model.model_copy(update={"name": target.model})  # the target, not the recipe's own model
     if uses_tools(recipe):  # before any file is written or weight loaded
         from grpo_cli.models import load_tokenizer
         from grpo_cli.tools.template import check_tool_template
 
-        check_tool_template(load_tokenizer(model_recipe), target.model)
+        check_tool_template(load_tokenizer(model), target.model)
     choice = choose_engine(engine, recipe, target.adapter, uses_tools(recipe))  # its errors come before any file
     store = PredictionStore(output, settings_of(recipe, target, compute_dtype(recipe)), problems)
     todo = [p for p in problems if p.index not in store.records]
@@ -108,7 +108,7 @@ def evaluate(recipe: Recipe, target: Target, output: Path, display=None, engine:
     if todo:
         if display and choice.note:
             display.note(f"{target.label}: {choice.note}")
-        generator, tokenizer = _generator(model_recipe, target, max_new_tokens(ev), choice.name)
+        generator, tokenizer = _generator(recipe, model, target, max_new_tokens(ev), choice.name)
         engine_used = {"engine": generator.name, "engine_version": generator.version}
         if uses_tools(recipe):
             stream = _tool_stream(recipe, generator, tokenizer, todo)
@@ -122,7 +122,7 @@ def evaluate(recipe: Recipe, target: Target, output: Path, display=None, engine:
                 len(problems),
                 done=[store.records[p.index] for p in problems if p.index in store.records],
                 unscorable=unscorable,
-                engine=_engine_label(generator, compute_dtype(model_recipe)),
+                engine=_engine_label(generator, compute_dtype(recipe)),
                 names=scorer.names if scorer else FILTERS,
             )
         started = time.perf_counter()
@@ -226,8 +226,9 @@ def compute_dtype(recipe: Recipe) -> str:
     return inference_dtype(recipe, on_cpu=not torch.cuda.is_available())
 
 
-def _generator(recipe: Recipe, target: Target, budget: int, engine: str = "transformers"):
-    """The generation engine (`vllm` or `transformers`, chosen by grpo_cli/eval/engines.py) and the tokenizer."""
+def _generator(recipe: Recipe, model, target: Target, budget: int, engine: str = "transformers"):
+    """The generation engine (`vllm` or `transformers`, chosen by grpo_cli/eval/engines.py) for the `model` section
+    and the tokenizer."""
     import torch
 
     from grpo_cli.eval.continuous import ContinuousGenerator, supports_continuous_batching
@@ -237,43 +238,43 @@ def _generator(recipe: Recipe, target: Target, budget: int, engine: str = "trans
     from grpo_cli.progress import quiet_libraries
 
     quiet_libraries()
-    tokenizer = load_tokenizer(recipe)
+    tokenizer = load_tokenizer(model)
     stops = LM_EVAL_STOPS if recipe.eval.protocol == "lm-eval" else []
     dtype = compute_dtype(recipe)
     if engine == "vllm":
         from grpo_cli.eval.vllm_engine import VLLMGenerator
 
         return VLLMGenerator(
-            resolve_model_path(recipe.model.name),
+            resolve_model_path(model.name),
             tokenizer,
             budget,
             stops,
             dtype,
             target.adapter,
-            recipe.model.tokenizer,
-            recipe.model.trust_remote_code,
+            model.tokenizer,
+            model.trust_remote_code,
         ), tokenizer
-    narrower = dtype != recipe.model.dtype
-    model = load_model(recipe.model_copy(update={"model": recipe.model.model_copy(update={"dtype": dtype})}))
+    narrower = dtype != model.dtype
+    lm = load_model(model.model_copy(update={"dtype": dtype}), recipe.quantization)
     if target.adapter:
         from peft import PeftModel
 
-        model = PeftModel.from_pretrained(model, target.adapter)
+        lm = PeftModel.from_pretrained(lm, target.adapter)
         if narrower:
             # Merged into bfloat16 weights, a LoRA update (often below their rounding step) would be rounded away;
             # unmerged, it is computed on its own and added to the layer's output. Parameters only: buffers such as
             # the rotary frequencies stay as loading made them, as for the base model.
-            for parameter in model.parameters():
+            for parameter in lm.parameters():
                 parameter.data = parameter.data.to(getattr(torch, dtype))
-            lean_lora(model, getattr(torch, dtype))  # for the whole evaluation: nothing changes the adapter
+            lean_lora(lm, getattr(torch, dtype))  # for the whole evaluation: nothing changes the adapter
         elif recipe.quantization is None:
-            model = model.merge_and_unload()  # one plain model generates faster than base + adapter
+            lm = lm.merge_and_unload()  # one plain model generates faster than base + adapter
     if torch.cuda.is_available() and recipe.quantization is None:
-        model = model.to("cuda")
-    model.eval()
-    max_length = getattr(model.config, "max_position_embeddings", None)
-    own = ContinuousGenerator if supports_continuous_batching(model) else HFGenerator
-    return own(model, tokenizer, budget, stops, max_length), tokenizer
+        lm = lm.to("cuda")
+    lm.eval()
+    max_length = getattr(lm.config, "max_position_embeddings", None)
+    own = ContinuousGenerator if supports_continuous_batching(lm) else HFGenerator
+    return own(lm, tokenizer, budget, stops, max_length), tokenizer
 
 
 def _engine_label(generator, dtype: str) -> str:

@@ -71,7 +71,7 @@ def _measure(recipe: Recipe) -> DataLengths:
     from grpo_cli.progress import quiet_libraries
 
     quiet_libraries()
-    tokenizer = models.tokenizer_without_weights(recipe)
+    tokenizer = models.tokenizer_without_weights(recipe.model)
     remember_class(tokenizer)  # the next plan of this folder loads the same class without torch
     prepared = data.prepare(recipe.data, tokenizer, seed=recipe.training.seed, tools=tools)
     return DataLengths(max(prepared.prompt_lengths), len(prepared.prompt_lengths), recipe.data.source)

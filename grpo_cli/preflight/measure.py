@@ -75,7 +75,7 @@ def measure_peak(recipe: Recipe, phases: dict | None = None) -> tuple[float, Rec
 
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
-        tokenizer = models.load_tokenizer(recipe)
+        tokenizer = models.load_tokenizer(recipe.model)
         ran = calibration_recipe(recipe, tokenizer, work)
         if torch.cuda.is_available():
             trainer, _ = build_trainer(ran, work / "run", tokenizer=tokenizer)
@@ -130,7 +130,7 @@ def measure_steps(
     from rewards import resolve_rewards
 
     cuda = torch.cuda.is_available()
-    tokenizer = models.load_tokenizer(recipe)
+    tokenizer = models.load_tokenizer(recipe.model)
     ran = calibration_recipe(recipe, tokenizer, work)
     ran = ran.model_copy(update={"training": ran.training.model_copy(update={"max_steps": max(2, steps)})})
     trainer, _ = build_trainer(

@@ -94,11 +94,11 @@ def sample_groups(recipe: Recipe, prompt_count: int, show=lambda text, new_phase
     from grpo_cli import data, models
     from rewards import resolve_rewards
 
-    tokenizer = models.load_tokenizer(recipe)
+    tokenizer = models.load_tokenizer(recipe.model)
     prepared = data.prepare(recipe.data, tokenizer, seed=recipe.training.seed, tools=tools_for_lengths(recipe))
     prepared.check_enough(recipe)
     rows = prepared.dataset.shuffle(seed=recipe.training.seed).select(range(min(prompt_count, len(prepared.dataset))))
-    model = models.load_model(recipe).eval()
+    model = models.load_model(recipe.model, recipe.quantization).eval()
     if torch.cuda.is_available() and model.device.type == "cpu":
         model = model.to("cuda")
     funcs = resolve_rewards(recipe.rewards)

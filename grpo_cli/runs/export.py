@@ -40,7 +40,8 @@ def merge_lora_run(run_dir: Path, output: Path, force: bool = False) -> Path:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     # QLoRA trained against a quantized base; the merged model is written in the unquantized compute dtype.
-    base = AutoModelForCausalLM.from_pretrained(resolve_model_path(recipe.model.name), **pretrained_kwargs(recipe))
+    model = recipe.model
+    base = AutoModelForCausalLM.from_pretrained(resolve_model_path(model.name), **pretrained_kwargs(model))
     merged = PeftModel.from_pretrained(base, str(adapter)).merge_and_unload()
     merged.save_pretrained(output)
     AutoTokenizer.from_pretrained(str(adapter)).save_pretrained(output)

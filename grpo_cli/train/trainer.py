@@ -31,7 +31,7 @@ def build_trainer(
 
     quiet_libraries()
     trl_seams.check()  # before anything loads: a TRL without a name grpo relies on stops here, named
-    tokenizer = tokenizer or models.load_tokenizer(recipe)
+    tokenizer = tokenizer or models.load_tokenizer(recipe.model)
     tools, environment_factory = _tools(recipe, tokenizer, warn)
     prepared = data.prepare(recipe.data, tokenizer, seed=recipe.training.seed, tools=tools)
     prepared.check_enough(recipe)  # before the model loads: too few usable rows for one step is refused here
@@ -41,7 +41,7 @@ def build_trainer(
 
         prepare_environment(recipe)  # before TRL builds the engine inside the trainer
     model = _load_model(recipe, on_cpu, mixed)
-    peft_config = models.lora_config(recipe) if recipe.lora is not None else None
+    peft_config = models.lora_config(recipe.lora) if recipe.lora is not None else None
     if start_weights is not None:  # the same adapter keeps training: TRL takes the PEFT model as it is
         from grpo_cli.train.start_weights import start_from
 
@@ -84,7 +84,7 @@ def _load_model(recipe: Recipe, on_cpu: bool, mixed: str):
         from grpo_cli.train.trl_seams import narrow_head_tiles
 
         narrow_head_tiles()
-    return models.load_model(recipe, planned_dtype(recipe, mixed))
+    return models.load_model(recipe.model, recipe.quantization, planned_dtype(recipe, mixed))
 
 
 def _tools(recipe: Recipe, tokenizer, warn) -> tuple[list | None, object | None]:

@@ -110,13 +110,13 @@ def warmup_setup(recipe: Recipe) -> WarmupSetup:
     from grpo_cli.train.trainer import _load_model, _precision_here
 
     quiet_libraries()
-    tokenizer = models.load_tokenizer(recipe)
+    tokenizer = models.load_tokenizer(recipe.model)
     on_cpu, mixed = _precision_here(recipe)
     model = _load_model(recipe, on_cpu, mixed)
     adapter = named_adapter(recipe)
     if adapter is not None:
         model = start_from(model, adapter, recipe)
-    lora = models.lora_config(recipe) if recipe.lora is not None and adapter is None else None
+    lora = models.lora_config(recipe.lora) if recipe.lora is not None and adapter is None else None
     return WarmupSetup(model, tokenizer, lora, on_cpu, mixed)
 
 
