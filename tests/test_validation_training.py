@@ -40,9 +40,8 @@ def test_task_validation_every_step_is_logged_scored_like_grpo_eval_drawn_and_it
         {"name": "strict_format", "weight": 0.2},  # a format: the format rate
         {"name": "length_target", "kwargs": {"target": 8}, "weight": 0.5},  # shaping: not scored
     ]
-    # eval.source named: a run's resolved recipe.yaml pins an unset eval.source to its default (openai/gsm8k), so
-    # `grpo eval --run` below would look for GSM8K instead of the training data's held-out split
-    held_out = {"protocol": "task", "source": "generated", "split": "test"}
+    # eval.source unset: the training data's held-out split, here and in `grpo eval --run` of the saved recipe
+    held_out = {"protocol": "task", "split": "test"}
     recipe = write_recipe(tmp_path, tiny_llama, rewards=rewards, eval=held_out, validation=SLICE)
     result = runner.invoke(app, ["train", str(recipe)])
     assert result.exit_code == 0, result.output

@@ -29,9 +29,7 @@ def role_of(spec) -> str:
 
 def task_source(recipe: Recipe) -> tuple[str, str | None]:
     """eval.source when the recipe sets it, else the training data's own source (its held-out split is eval.split)."""
-    if "source" in recipe.eval.model_fields_set:
-        return recipe.eval.source, recipe.eval.config
-    return recipe.data.source, recipe.data.config
+    return recipe.eval.task_data(recipe.data)
 
 
 def check_task(recipe: Recipe) -> None:

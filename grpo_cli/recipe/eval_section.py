@@ -37,3 +37,10 @@ class EvalSection(Section):
         "(for a local test.jsonl, the train.jsonl beside it).",
     )
     fewshot_seed: int = Field(1234, description="lm-eval's default fewshot_random_seed.")
+
+    def task_data(self, data) -> tuple[str, str | None]:
+        """Where protocol task reads (source, config): this section's source when the recipe sets it, else the
+        training data's own (`data`: the recipe's data section), whose held-out split is `split`."""
+        if "source" in self.model_fields_set:
+            return self.source, self.config
+        return data.source, data.config

@@ -293,6 +293,8 @@ def write_resolved_recipe(recipe: Recipe, path: Path) -> None:
 
 def _resolved(recipe: Recipe) -> dict:
     resolved = recipe.model_dump(mode="json")
+    if recipe.eval.protocol == "task":  # an unset source means the training data's: written out, it would be GSM8K's
+        resolved["eval"]["source"], resolved["eval"]["config"] = recipe.eval.task_data(recipe.data)
     resolved["name"] = recipe.run_name
     resolved["training"]["output_dir"] = str(recipe.output_dir)
     return resolved
