@@ -115,8 +115,7 @@ from grpo_cli import cpu_memory
 from grpo_cli.recipe.validation import load_recipe
 recipe = load_recipe(sys.argv[1], json.loads(sys.argv[2]), scope="preflight")
 if allocator == "tool":  # as the grpo command runs: bitsandbytes left out when the recipe does not use it
-    cpu_memory._lean_imports = True
-    cpu_memory.skip_unused_bitsandbytes(recipe)
+    cpu_memory.skip_unused_bitsandbytes(recipe, own_process=True)
 from grpo_cli.progress import quiet_libraries
 from grpo_cli.preflight.measure import measure_steps
 quiet_libraries()

@@ -51,11 +51,10 @@ def preload_env() -> dict[str, str] | None:
 
 
 def prepare_process(argv: list[str]) -> None:
-    """The `grpo` console script, before any command runs: mimalloc for the commands that hold a model on a CPU,
-    and leave to drop bitsandbytes (a fresh process per command, so the decision is this command's alone)."""
-    global _lean_imports
+    """The `grpo` console script, before any command runs: mimalloc for the commands that hold a model on a CPU.
+    The console script then tells its commands they own the process (cli/root.py), which lets them drop bitsandbytes
+    (`skip_unused_bitsandbytes`)."""
     reexec_with_mimalloc(argv)
-    _lean_imports = True
 
 
 def reexec_with_mimalloc(argv: list[str]) -> None:
@@ -85,8 +84,8 @@ def peak_rss() -> float:
 # None, which is how peft, transformers and TRL decide it is not installed.
 #
 # This is a per-process decision that cannot be taken back once peft or transformers have looked, so it is taken only
-# by the `grpo` console script (a fresh process per command), never inside a test session or a user's own Python.
-_lean_imports = False
+# where the caller owns the process: the `grpo` console script (a fresh process per command) says so to its commands,
+# which pass it here; a test session or a user's own Python does not.
 # Libraries that decide at their own import whether bitsandbytes is there; after them, marking it absent is too late.
 _DECIDERS = ("bitsandbytes", "peft", "transformers", "trl", "accelerate")
 
@@ -97,9 +96,10 @@ def needs_bitsandbytes(recipe: Recipe) -> bool:
     )
 
 
-def skip_unused_bitsandbytes(recipe: Recipe) -> bool:
-    """Mark bitsandbytes absent for this process when the recipe does not need it. True when it was marked."""
-    if not _lean_imports or needs_bitsandbytes(recipe) or any(name in sys.modules for name in _DECIDERS):
+def skip_unused_bitsandbytes(recipe: Recipe, own_process: bool) -> bool:
+    """Mark bitsandbytes absent for this process when the recipe does not need it and the caller owns the process
+    (`own_process`: the console script's commands). True when it was marked."""
+    if not own_process or needs_bitsandbytes(recipe) or any(name in sys.modules for name in _DECIDERS):
         return False
     sys.modules["bitsandbytes"] = None  # type: ignore[assignment]
     return True

@@ -111,8 +111,7 @@ LEAN_PROBE = """
 import sys
 from grpo_cli import cpu_memory
 from grpo_cli.recipe.validation import load_recipe
-cpu_memory._lean_imports = True  # as prepare_process sets it in the grpo console script
-marked = cpu_memory.skip_unused_bitsandbytes(load_recipe(sys.argv[1], sys.argv[2:]))
+marked = cpu_memory.skip_unused_bitsandbytes(load_recipe(sys.argv[1], sys.argv[2:]), own_process=True)
 import peft, trl
 from transformers.utils import is_bitsandbytes_available
 print(marked, is_bitsandbytes_available(), "bitsandbytes.nn" in sys.modules)
@@ -139,8 +138,8 @@ def test_bitsandbytes_is_left_alone_inside_a_process_that_did_not_ask():
     from grpo_cli import cpu_memory
     from grpo_cli.recipe.validation import load_recipe
 
-    assert not cpu_memory._lean_imports  # only the console script sets it; tests and users' Python keep bitsandbytes
-    assert not cpu_memory.skip_unused_bitsandbytes(load_recipe(ROOT / "recipes" / "demo.yaml"))
+    # only the console script's commands own their process; tests and users' Python keep bitsandbytes
+    assert not cpu_memory.skip_unused_bitsandbytes(load_recipe(ROOT / "recipes" / "demo.yaml"), own_process=False)
     assert sys.modules.get("bitsandbytes", "absent") is not None
 
 
@@ -181,3 +180,32 @@ def test_head_tiles_are_narrowed_on_the_cpu_and_an_upgrade_without_the_setting_i
     monkeypatch.delattr(trl_utils, "_CHUNKED_LOGPROB_CHUNK_SIZE")
     with pytest.raises(UserError, match=r"no trl\.trainer\.utils\._CHUNKED_LOGPROB_CHUNK_SIZE, which grpo narrows"):
         check()
+
+
+OWNERSHIP_PROBE = """
+import sys
+import typer
+from grpo_cli.cli import app
+from grpo_cli.cli.parts import own_process
+from grpo_cli.cli.root import entry
+
+@app.command("probe")
+def probe(ctx: typer.Context):
+    print("own_process", own_process(ctx))
+
+sys.argv = ["grpo", "probe"]
+try:
+    entry()  # the console script
+except SystemExit:
+    pass
+app(["probe"], prog_name="grpo", standalone_mode=False)  # as a test's CliRunner or a user's Python calls it
+"""
+
+
+def test_only_the_console_script_tells_its_commands_they_own_the_process():
+    """The bitsandbytes decision reaches train, preflight and eval as an argument, from the console script alone."""
+    done = subprocess.run(
+        [sys.executable, "-c", OWNERSHIP_PROBE], capture_output=True, text=True, cwd=ROOT, timeout=120
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split("\n")[:2] == ["own_process True", "own_process False"]

@@ -16,6 +16,12 @@ import typer
 from grpo_cli.errors import UserError
 
 
+def own_process(ctx: typer.Context) -> bool:
+    """Whether the command runs in a process of its own (the console script, cli/root.py), not inside a test or a
+    user's Python: only then may it drop libraries for the whole process (cpu_memory.skip_unused_bitsandbytes)."""
+    return bool(ctx.obj and ctx.obj.get("own_process"))
+
+
 def examples(*lines: str) -> str:
     """A command's help epilog: each example command, with what it does after a `|`."""
     shown = [f"`{cmd}`" + (f"  ({note})" if note else "") for cmd, _, note in (line.partition("|") for line in lines)]

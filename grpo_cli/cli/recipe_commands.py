@@ -8,7 +8,7 @@ from typing import Annotated
 
 import typer
 
-from grpo_cli.cli.parts import OverridesArg, RecipeArg, examples, user_errors
+from grpo_cli.cli.parts import OverridesArg, RecipeArg, examples, own_process, user_errors
 from grpo_cli.cli.root import app
 
 
@@ -39,6 +39,7 @@ def validate(recipe: RecipeArg, overrides: OverridesArg = None) -> None:
     )
 )
 def train(
+    ctx: typer.Context,
     recipe: RecipeArg,
     overrides: OverridesArg = None,
     resume: Annotated[
@@ -67,7 +68,7 @@ def train(
 
     with user_errors():
         loaded = load_recipe(recipe, overrides, options=options)
-        code = run(loaded, resume, echo=echo, validate=_validation(loaded, echo))
+        code = run(loaded, resume, echo=echo, validate=_validation(loaded, echo), own_process=own_process(ctx))
     if code:
         raise typer.Exit(code)
 
@@ -129,6 +130,7 @@ def plan(
     )
 )
 def preflight(
+    ctx: typer.Context,
     recipe: RecipeArg,
     overrides: OverridesArg = None,
     steps: Annotated[
@@ -159,7 +161,7 @@ def preflight(
         loaded = load_recipe(recipe, overrides, scope="preflight")
         quiet_libraries()
         with PhaseLines(console, "loading the model...") as show:
-            result = run_preflight(loaded, steps, prompts, gpu, hours, show=show)
+            result = run_preflight(loaded, steps, prompts, gpu, hours, show=show, own_process=own_process(ctx))
     if as_json:
         typer.echo(json.dumps(preflight_json(result), indent=2))
     else:

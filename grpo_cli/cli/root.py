@@ -25,7 +25,7 @@ def entry() -> None:
     from grpo_cli.cpu_memory import prepare_process
 
     prepare_process(sys.argv[1:])
-    app(prog_name="grpo")
+    app(prog_name="grpo", obj={"own_process": True})  # a fresh process per command: its set-up is the command's
 
 
 def _version(value: bool) -> None:

@@ -8,7 +8,7 @@ from typing import Annotated
 
 import typer
 
-from grpo_cli.cli.parts import OverridesArg, examples, user_errors
+from grpo_cli.cli.parts import OverridesArg, examples, own_process, user_errors
 from grpo_cli.cli.root import app
 
 RunDirArg = Annotated[Path, typer.Argument(help="Run directory written by `grpo train`.", show_default=False)]
@@ -26,6 +26,7 @@ RunDirArg = Annotated[Path, typer.Argument(help="Run directory written by `grpo 
     ),
 )
 def evaluate(
+    ctx: typer.Context,
     recipe: Annotated[
         Path | None, typer.Argument(help="Recipe YAML (optional with --run, --compare or --model).", show_default=False)
     ] = None,
@@ -83,7 +84,9 @@ def evaluate(
         "eval.max_new_tokens": max_new_tokens,
         "eval.protocol": protocol,
     }
-    request = EvalRequest(recipe, overrides, run, compare_run, base_dir, model, adapter, options, output, engine)
+    request = EvalRequest(
+        recipe, overrides, run, compare_run, base_dir, model, adapter, options, output, engine, own_process(ctx)
+    )
     console = Console(stderr=as_json)
     with user_errors(as_json):
         outcome = run_eval(request, EvalDisplay(console))

@@ -31,6 +31,7 @@ class EvalRequest:
     options: dict[str, Any] = field(default_factory=dict)  # typed flags: {"eval.limit": 50, ...}
     output: Path | None = None
     engine: str = "auto"  # --engine: auto, vllm or transformers (grpo_cli/eval/engines.py)
+    own_process: bool = False  # the console script's process (cli/parts.py own_process)
 
 
 @dataclass
@@ -42,7 +43,7 @@ class EvalOutcome:
 def run_eval(request: EvalRequest, display=None) -> EvalOutcome:
     """Check everything that needs no model first, then evaluate; the run's model card is refreshed after."""
     recipe = _load(request)
-    skip_unused_bitsandbytes(recipe)
+    skip_unused_bitsandbytes(recipe, request.own_process)
     base = Target(
         "base" if request.adapter is None else "adapter",
         recipe.model.name,

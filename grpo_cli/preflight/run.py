@@ -65,12 +65,13 @@ def run_preflight(
     gpu_spec: str | None,
     hours: float,
     show=lambda text, new_phase=False: None,
+    own_process: bool = False,
 ) -> Preflight:
     """Sample groups, run `steps` real steps, plan the same steps, and advise. Checks that need no model (the GPU
     name, the architecture) come first, so a typo is refused before a minute of measuring. `show` hears where it is."""
     from grpo_cli.cpu_memory import skip_unused_bitsandbytes
 
-    skip_unused_bitsandbytes(recipe)  # before torch and the libraries below decide whether it is installed
+    skip_unused_bitsandbytes(recipe, own_process)  # before torch and the libraries below decide whether it is installed
     import torch
 
     from grpo_cli.errors import UserError

@@ -30,14 +30,16 @@ class TrainResult:
     validations: list[dict] = field(default_factory=list)  # the `validation:` rows, in step order
 
 
-def run(recipe: Recipe, resume: bool = False, echo=print, validate: Validate | None = None) -> int:
+def run(
+    recipe: Recipe, resume: bool = False, echo=print, validate: Validate | None = None, own_process: bool = False
+) -> int:
     """`grpo train`: through `accelerate launch` when the recipe asks for several processes, else here. Exit code:
     0 finished, 130 interrupted (a checkpoint was saved when a step had finished). `validate`: the held-out
     validation a `validation:` section asks for, built by the command from evaluation's code."""
     from grpo_cli.cpu_memory import skip_unused_bitsandbytes
     from grpo_cli.train import distributed
 
-    skip_unused_bitsandbytes(recipe)
+    skip_unused_bitsandbytes(recipe, own_process)
     if distributed.wants_launch(recipe):
         return distributed.launch(recipe, resume, echo=echo)
     try:
