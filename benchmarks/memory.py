@@ -95,19 +95,6 @@ ARCHS = {
         vocab_size=49152,
         tie_word_embeddings=True,
     ),
-    # Qwen2.5's 151,936-token vocabulary on a tiny body, with the SmolLM2 tokenizer: the pairing the GPU harness's
-    # timing parts use (model ids past the tokenizer's 49,152 are sampled and must decode without error).
-    "tiny-qwen2.5-vocab": dict(
-        model_type="qwen2",
-        hidden_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        head_dim=16,
-        intermediate_size=128,
-        vocab_size=151936,
-        tie_word_embeddings=True,
-    ),
     "tiny-qwen2": dict(
         model_type="qwen2",
         hidden_size=64,
@@ -120,6 +107,10 @@ ARCHS = {
         tie_word_embeddings=False,
     ),
 }
+
+# Qwen2.5's 151,936-token vocabulary on the tiny Qwen2 body, with the SmolLM2 tokenizer: the pairing the GPU
+# harness's timing parts use (model ids past the tokenizer's 49,152 are sampled and must decode without error).
+ARCHS["tiny-qwen2.5-vocab"] = dict(ARCHS["tiny-qwen2"], vocab_size=151936, tie_word_embeddings=True)
 
 LORA = {"r": 16, "alpha": 32, "dropout": 0.0}
 QLORA = {"bits": 4, "quant_type": "nf4", "double_quant": True}

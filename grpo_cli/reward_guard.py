@@ -12,13 +12,11 @@ from __future__ import annotations
 
 import math
 import numbers
-import signal
-import threading
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from typing import Any
 
 from grpo_cli.tools.calls import batch_metrics, transcript
+from grpo_cli.tools.guard import time_limit
 from rewards.answers import completion_text
 
 
@@ -50,8 +48,10 @@ class GuardedReward:
         step = f" at step {state.global_step + 1}" if state is not None else ""  # outside training: no step
         expected = len(completions or [])
         try:
-            with _time_limit(
-                self.timeout_s, f"reward `{self.label}` took longer than its timeout_s ({self.timeout_s} s){step}"
+            with time_limit(
+                self.timeout_s,
+                f"reward `{self.label}` took longer than its timeout_s ({self.timeout_s} s){step}",
+                RewardFailure,
             ):
                 out = self.func(prompts=prompts, completions=completions, completion_ids=completion_ids, **columns)
                 values = self._as_list(out, step)  # inside the limit: a generator computes as it is read
@@ -124,23 +124,3 @@ def _last_user_message(prompt: Any) -> str:
     if isinstance(prompt, list) and prompt:
         return str(prompt[-1].get("content", ""))
     return str(prompt)
-
-
-@contextmanager
-def _time_limit(seconds: float | None, message: str) -> Iterator[None]:
-    """Raise RewardFailure when the block runs longer than `seconds` (SIGALRM: the main thread on POSIX only)."""
-    usable = seconds and hasattr(signal, "setitimer") and threading.current_thread() is threading.main_thread()
-    if not usable:
-        yield
-        return
-
-    def expire(signum, frame):
-        raise RewardFailure(message)
-
-    previous = signal.signal(signal.SIGALRM, expire)
-    signal.setitimer(signal.ITIMER_REAL, seconds)
-    try:
-        yield
-    finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, previous)

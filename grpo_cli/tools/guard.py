@@ -77,16 +77,17 @@ def as_text(result: Any, max_chars: int) -> str:
 
 
 @contextmanager
-def time_limit(seconds: float | None, message: str) -> Iterator[None]:
-    """Raise ToolFailure when the block runs longer than `seconds` (SIGALRM: the main thread on POSIX, which is
-    where TRL and eval call synchronous tools; elsewhere the call runs unbounded)."""
+def time_limit(seconds: float | None, message: str, error: type[Exception] | None = None) -> Iterator[None]:
+    """Raise `error` (ToolFailure by default) when the block runs longer than `seconds` (SIGALRM: the main thread on
+    POSIX, which is where TRL and eval call synchronous tools and rewards; elsewhere the call runs unbounded). Tools
+    and rewards share this one limit."""
     usable = seconds and hasattr(signal, "setitimer") and threading.current_thread() is threading.main_thread()
     if not usable:
         yield
         return
 
     def expire(signum, frame):
-        raise ToolFailure(message)
+        raise (error or ToolFailure)(message)
 
     previous = signal.signal(signal.SIGALRM, expire)
     signal.setitimer(signal.ITIMER_REAL, seconds)
