@@ -9,7 +9,7 @@ from grpo_cli.eval.generation import Generated, HFGenerator, Prompt, longest_fir
 
 
 class ContinuousGenerator(HFGenerator):
-    """Greedy decoding with continuous batching on a plain transformers model (CPU, or a GPU without vLLM).
+    """Greedy or sampled decoding with continuous batching on a plain transformers model (CPU, or a GPU without vLLM).
 
     Static batches (`model.generate`) keep stepping every row until the longest one stops, and prefill the
     whole batch at once with padding. Here a finished row leaves the batch at once and the next prompt takes its
@@ -32,10 +32,12 @@ class ContinuousGenerator(HFGenerator):
         prompts: list[Prompt],
         batch_size: int,
         budgets: list[int] | None = None,
+        seeds: list[int] | None = None,
     ) -> Iterator[list[Generated]]:
         import torch
 
         budgets = budgets or [self.max_new_tokens] * len(prompts)
+        seeds = seeds or [0] * len(prompts)
         lengths = self.prompt_lengths(prompts)
         queue = longest_first(lengths, sort_texts(prompts))
         running = _Batch()
@@ -44,7 +46,7 @@ class ContinuousGenerator(HFGenerator):
                 room = batch_size - len(running.rows)
                 if queue and room > 0 and (room >= min(self.prefill_group, len(queue)) or not running.rows):
                     group, queue = queue[: min(room, self.prefill_group)], queue[min(room, self.prefill_group) :]
-                    running.join(self._prefill(group, prompts, budgets))
+                    running.join(self._prefill(group, prompts, budgets, seeds))
                 else:
                     self._step(running)
                 done = running.pop_finished()
@@ -54,8 +56,10 @@ class ContinuousGenerator(HFGenerator):
                         for row in done
                     ]
 
-    def _prefill(self, group: list[int], prompts: list[Prompt], budgets: list[int]) -> _Batch:
+    def _prefill(self, group: list[int], prompts: list[Prompt], budgets: list[int], seeds: list[int]) -> _Batch:
         from transformers import DynamicCache
+
+        from grpo_cli.eval.sampler import generator_for
 
         ids, mask = self._encode([prompts[i] for i in group])
         positions = (mask.cumsum(-1) - 1).clamp(min=0)  # what `generate` passes for left-padded rows
@@ -68,13 +72,8 @@ class ContinuousGenerator(HFGenerator):
             use_cache=True,
             logits_to_keep=1,
         ).logits[:, -1, :]
-        batch = _Batch(
-            cache=cache,
-            mask=mask,
-            next_position=mask.sum(-1),
-            rows=[_Row(i, budgets[i]) for i in group],
-            last=logits.argmax(-1),
-        )
+        rows = [_Row(i, budgets[i], generator_for(seeds[i], ids.device) if self.sampling else None) for i in group]
+        batch = _Batch(cache=cache, mask=mask, next_position=mask.sum(-1), rows=rows, last=self._next(logits, rows))
         self._record(batch)
         return batch
 
@@ -90,8 +89,16 @@ class ContinuousGenerator(HFGenerator):
             use_cache=True,
             logits_to_keep=1,
         ).logits[:, -1, :]
-        batch.mask, batch.next_position, batch.last = mask, batch.next_position + 1, logits.argmax(-1)
+        batch.mask, batch.next_position, batch.last = mask, batch.next_position + 1, self._next(logits, batch.rows)
         self._record(batch)
+
+    def _next(self, logits, rows: list[_Row]):
+        """Each row's next token: the most likely one, or a draw with the row's own generator (eval/sampler.py)."""
+        if self.sampling is None:
+            return logits.argmax(-1)
+        from grpo_cli.eval.sampler import draw
+
+        return draw(logits, self.sampling, [row.rng for row in rows])
 
     def _record(self, batch: _Batch) -> None:
         """Append each row's new token and decide whether the row is finished."""
@@ -109,8 +116,8 @@ class ContinuousGenerator(HFGenerator):
 
 
 class _Row:
-    def __init__(self, index: int, budget: int):
-        self.index, self.budget = index, budget
+    def __init__(self, index: int, budget: int, rng=None):
+        self.index, self.budget, self.rng = index, budget, rng  # rng: the row's torch generator when sampling
         self.tokens: list[int] = []
         self.finished = self.stopped = False
 

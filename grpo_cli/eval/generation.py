@@ -1,4 +1,4 @@
-"""Greedy generation for evaluation: batched, left-padded, stopped per sequence.
+"""Generation for evaluation, greedy or sampled (eval/sampler.py): batched, left-padded, stopped per sequence.
 
 Batches are built from prompts sorted longest first (lm-eval's order: similar lengths pad little, and an
 out-of-memory shows up in the first batch, not after an hour). A sequence stops at EOS or a stop string;
@@ -59,8 +59,10 @@ class HFGenerator:
         stops: list[str],
         max_length: int | None = None,
         inference_mode: bool = True,
+        sampling=None,
     ):
         self.model, self.tokenizer = model, tokenizer
+        self.sampling = sampling  # eval/sampler.py's Sampling, or None: greedy
         # A model that trains on afterwards generates under no_grad: a tensor it caches under inference mode (a
         # rotary table, say) could never enter autograd again.
         self.inference_mode = inference_mode
@@ -103,19 +105,25 @@ class HFGenerator:
         prompts: list[Prompt],
         batch_size: int,
         budgets: list[int] | None = None,
+        seeds: list[int] | None = None,
     ) -> Iterator[list[Generated]]:
         """Yields one list per batch, in batch order (callers record results as they come). `budgets`: new tokens
-        per prompt, when they differ (default: max_new_tokens for all)."""
+        per prompt, when they differ (default: max_new_tokens for all); `seeds`: each prompt's seed when sampling."""
         import torch
+
+        from grpo_cli.eval.sampler import RowSampler
 
         budgets = budgets or [self.max_new_tokens] * len(prompts)
         for batch in length_sorted_batches(self.prompt_lengths(prompts), batch_size, sort_texts(prompts)):
             input_ids, attention_mask = self._encode([prompts[i] for i in batch])
+            # Sampling draws in a logits processor, each row from its own seed, and greedy search takes the draw.
+            draws = [RowSampler(self.sampling, [seeds[i] for i in batch])] if self.sampling else None
             with torch.inference_mode() if self.inference_mode else torch.no_grad():
                 output = self.model.generate(
                     input_ids=input_ids,
                     attention_mask=attention_mask,
                     max_new_tokens=max(budgets[i] for i in batch),
+                    logits_processor=draws,
                     do_sample=False,
                     temperature=None,
                     top_p=None,

