@@ -12,6 +12,13 @@ from grpo_cli.cli.parts import OverridesArg, examples, own_process, user_errors
 from grpo_cli.cli.root import app
 
 RunDirArg = Annotated[Path, typer.Argument(help="Run directory written by `grpo train`.", show_default=False)]
+SamplesOption = Annotated[
+    int | None,
+    typer.Option("--samples", help="Sampled completions per problem: mean@N, pass@N, maj@N (needs --temperature)."),
+]
+TemperatureOption = Annotated[
+    float | None, typer.Option("--temperature", help="Sample at this temperature (default: greedy).")
+]
 
 
 @app.command(
@@ -23,6 +30,7 @@ RunDirArg = Annotated[Path, typer.Argument(help="Run directory written by `grpo 
         "grpo eval --compare runs/b --base runs/a/eval/chat-test/base|reuse a base evaluation, same settings",
         "grpo eval --model HuggingFaceTB/SmolLM2-135M-Instruct --protocol lm-eval --data gsm8k/test.jsonl",
         "grpo eval recipes/qwen2.5/0.5b_lora.yaml --engine transformers|without vLLM although it is installed",
+        "grpo eval --compare runs/my --samples 8 --temperature 0.7|mean@8, pass@8 and maj@8, paired",
     ),
 )
 def evaluate(
@@ -58,6 +66,10 @@ def evaluate(
         str | None,
         typer.Option("--protocol", help="chat (default), lm-eval, or task (the recipe's own data and verifiers)."),
     ] = None,
+    samples: SamplesOption = None,
+    temperature: TemperatureOption = None,
+    top_p: Annotated[float | None, typer.Option("--top-p", help="Nucleus sampling mass (default 1.0).")] = None,
+    seed: Annotated[int | None, typer.Option("--seed", help="Seed of the sampled completions (default 0).")] = None,
     output: Annotated[Path | None, typer.Option("--output", help="Results directory (rerun it to continue).")] = None,
     engine: Annotated[
         str,
@@ -67,7 +79,7 @@ def evaluate(
     ] = "auto",
     as_json: Annotated[bool, typer.Option("--json", help="Print the summary as JSON.")] = False,
 ) -> None:
-    """GSM8K held-out accuracy of a base model or a trained run, with intervals; resumable."""
+    """GSM8K held-out accuracy of a base model or a trained run, with intervals; resumable; greedy or sampled."""
     from rich.console import Console
 
     from grpo_cli.eval.command import EvalRequest, run_eval
@@ -83,6 +95,10 @@ def evaluate(
         "eval.batch_size": batch_size,
         "eval.max_new_tokens": max_new_tokens,
         "eval.protocol": protocol,
+        "eval.samples": samples,
+        "eval.temperature": temperature,
+        "eval.top_p": top_p,
+        "eval.seed": seed,
     }
     request = EvalRequest(
         recipe, overrides, run, compare_run, base_dir, model, adapter, options, output, engine, own_process(ctx)

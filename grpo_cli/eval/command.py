@@ -13,6 +13,7 @@ from grpo_cli.errors import UserError
 from grpo_cli.eval import evaluate as ev
 from grpo_cli.eval.comparison import compare
 from grpo_cli.eval.engines import check_engine
+from grpo_cli.eval.sampler import check_sampling
 from grpo_cli.eval.store import OWN_FILES, refuse_foreign
 from grpo_cli.eval.targets import Target, default_output, run_target
 from grpo_cli.recipe.schema import Recipe
@@ -43,6 +44,7 @@ class EvalOutcome:
 def run_eval(request: EvalRequest, display=None) -> EvalOutcome:
     """Check everything that needs no model first, then evaluate; the run's model card is refreshed after."""
     recipe = _load(request)
+    check_sampling(recipe.eval, ev.uses_tools(recipe))
     skip_unused_bitsandbytes(recipe, request.own_process)
     base = Target(
         "base" if request.adapter is None else "adapter",

@@ -60,3 +60,13 @@ def _why_not_vllm(recipe: Recipe, adapter: str | None, uses_tools: bool) -> str 
     if uses_tools:
         return "the tool loop continues conversations from exact token ids on the transformers engine"
     return unsupported_adapter(adapter)
+
+
+def engine_label(generator, dtype: str) -> str:
+    """What the console says generates: `vLLM 0.32.0, float32` or `transformers 5.19.0, bfloat16`, and how it
+    samples."""
+    drawn = getattr(generator, "sampling", None)
+    how = (
+        f", {drawn.samples} samples per problem at temperature {drawn.temperature} (seed {drawn.seed})" if drawn else ""
+    )
+    return f"{'vLLM' if generator.name == 'vllm' else generator.name} {generator.version}, {dtype}{how}"

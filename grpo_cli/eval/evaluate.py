@@ -8,7 +8,8 @@ Three protocols (`task` scores the recipe's own data with its own verifiers: eva
   normalisation (rewards/answers.py, shared with the training rewards), so the figures sit beside published ones.
 
 Every scored problem is appended to predictions.jsonl at once; a rerun with the same output continues with the
-problems not yet there, so none is lost or scored twice.
+problems not yet there, so none is lost or scored twice. Sampled (`--samples N --temperature T`), a problem's record
+holds its N completions (eval/sampled.py).
 """
 
 from __future__ import annotations
@@ -19,10 +20,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from grpo_cli.eval.engines import choose_engine
-from grpo_cli.eval.problems import chat_prompts, fewshot_pool, lm_eval_prompts, load_problems
+from grpo_cli.eval.engines import choose_engine, engine_label
+from grpo_cli.eval.problems import fewshot_pool, load_problems, protocol_prompts
+from grpo_cli.eval.sampled import ProblemSamples, by_problem, repeated, sampled_record, summarize_sampled
+from grpo_cli.eval.sampler import sampling_of
 from grpo_cli.eval.scoring import FILTERS, score, summarize
-from grpo_cli.eval.store import PredictionStore
+from grpo_cli.eval.store import PredictionStore, previous_session
 from grpo_cli.eval.targets import Target
 from grpo_cli.eval.task import TaskScorer, task_problems, task_settings
 from grpo_cli.recipe.eval_section import EvalSection
@@ -60,6 +63,7 @@ def settings_of(recipe: Recipe, target: Target, compute_dtype: str | None = None
         "split": ev.split,
         "protocol": ev.protocol,
         "max_new_tokens": max_new_tokens(ev),
+        **(sampling_of(ev).settings() if ev.temperature is not None else {}),  # greedy: no sampling keys
         **(
             {
                 "tools": [t.name for t in recipe.tools],
@@ -102,28 +106,24 @@ def evaluate(recipe: Recipe, target: Target, output: Path, display=None, engine:
 
         check_tool_template(load_tokenizer(model), target.model)
     choice = choose_engine(engine, recipe, target.adapter, uses_tools(recipe))  # its errors come before any file
+    sampling, names = sampling_of(ev), scorer.names if scorer else FILTERS
     store = PredictionStore(output, settings_of(recipe, target, compute_dtype(recipe)), problems)
     todo = [p for p in problems if p.index not in store.records]
     wall, new_tokens, engine_used = 0.0, 0, None
     if todo:
         if display and choice.note:
             display.note(f"{target.label}: {choice.note}")
-        generator, tokenizer = _generator(recipe, model, target, max_new_tokens(ev), choice.name)
+        generator, tokenizer = _generator(recipe, model, target, max_new_tokens(ev), choice.name, sampling)
         engine_used = {"engine": generator.name, "engine_version": generator.version}
-        if uses_tools(recipe):
-            stream = _tool_stream(recipe, generator, tokenizer, todo)
-        elif ev.protocol == "lm-eval":  # few-shot examples drawn as lm-eval's sampler draws them
-            stream = generator.generate(lm_eval_prompts(todo, pool, ev.num_fewshot, ev.fewshot_seed), ev.batch_size)
-        else:
-            stream = generator.generate(chat_prompts(todo, recipe, tokenizer), ev.batch_size)
+        stream = _stream(recipe, generator, tokenizer, todo, pool, sampling)
         if display:
             display.start(
                 target.label,
                 len(problems),
                 done=[store.records[p.index] for p in problems if p.index in store.records],
                 unscorable=unscorable,
-                engine=_engine_label(generator, compute_dtype(recipe)),
-                names=scorer.names if scorer else FILTERS,
+                engine=engine_label(generator, compute_dtype(recipe)),
+                names=names,
             )
         started = time.perf_counter()
         for batch in stream:
@@ -145,7 +145,11 @@ def evaluate(recipe: Recipe, target: Target, output: Path, display=None, engine:
         "protocol": ev.protocol,
         "max_new_tokens": max_new_tokens(ev),
         "data": {"source": ev.source, "split": ev.split, "limit": ev.limit, "unscorable": unscorable},
-        **summarize(scored, wall, len(todo), new_tokens, max_new_tokens(ev), scorer.names if scorer else FILTERS),
+        **(
+            summarize_sampled(scored, sampling, ev.protocol, names, wall, len(todo), new_tokens, max_new_tokens(ev))
+            if sampling
+            else summarize(scored, wall, len(todo), new_tokens, max_new_tokens(ev), names)
+        ),
     }
     tools = tool_summary(scored)
     if tools is not None:
@@ -153,26 +157,42 @@ def evaluate(recipe: Recipe, target: Target, output: Path, display=None, engine:
     if engine_used:
         summary["session"].update(engine_used)
     if not todo:  # nothing generated now (a finished evaluation reused): keep the last generating session's timing
-        summary["session"] = _previous_session(output) or summary["session"]
+        summary["session"] = previous_session(output) or summary["session"]
     (output / SUMMARY_FILE).write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
     return EvalResult(output, summary, {p.index: store.records[p.index] for p in problems})
 
 
 def _record(problem, item, recipe: Recipe, scorer: TaskScorer | None = None) -> dict[str, Any]:
-    """One scored problem, as predictions.jsonl stores it."""
+    """One scored problem, as predictions.jsonl stores it (sampled: with each of its completions)."""
+
+    def verdict(text: str) -> dict[str, Any]:
+        if scorer:
+            return scorer.score(text, problem)
+        return score(recipe.eval.protocol, text, problem, recipe.data.answer_marker)
+
+    if isinstance(item, ProblemSamples):
+        return sampled_record(problem, item.samples, [verdict(s.text) for s in item.samples], recipe.eval.protocol)
     return {
         "index": problem.index,
         "question": problem.question,
         "gold": problem.gold,
         "completion": item.text,
-        **(
-            scorer.score(item.text, problem)
-            if scorer
-            else score(recipe.eval.protocol, item.text, problem, recipe.data.answer_marker)
-        ),
+        **verdict(item.text),
         "new_tokens": item.new_tokens,
         **getattr(item, "extra", {}),
     }
+
+
+def _stream(recipe: Recipe, generator, tokenizer, todo: list, pool: list, sampling):
+    """The completions, a batch at a time: one per problem, or sampled, each problem's N together."""
+    ev = recipe.eval
+    if uses_tools(recipe):
+        return _tool_stream(recipe, generator, tokenizer, todo)
+    prompts = protocol_prompts(todo, recipe, tokenizer, pool)
+    if sampling is None:
+        return generator.generate(prompts, ev.batch_size)
+    prompts, seeds = repeated(prompts, todo, sampling)
+    return by_problem(generator.generate(prompts, ev.batch_size, seeds=seeds), sampling.samples)
 
 
 def uses_tools(recipe: Recipe) -> bool:
@@ -208,13 +228,6 @@ def _tool_stream(recipe: Recipe, generator, tokenizer, todo: list):
     return loop.run(examples, recipe.eval.batch_size)
 
 
-def _previous_session(output: Path) -> dict | None:
-    try:
-        return json.loads((output / SUMMARY_FILE).read_text(encoding="utf-8")).get("session")
-    except (OSError, ValueError, AttributeError):
-        return None
-
-
 def compute_dtype(recipe: Recipe) -> str:
     """The dtype generation runs in: training's matmul precision (bitsandbytes-quantized models keep theirs)."""
     import torch
@@ -226,9 +239,9 @@ def compute_dtype(recipe: Recipe) -> str:
     return inference_dtype(recipe, on_cpu=not torch.cuda.is_available())
 
 
-def _generator(recipe: Recipe, model, target: Target, budget: int, engine: str = "transformers"):
-    """The generation engine (`vllm` or `transformers`, chosen by grpo_cli/eval/engines.py) for the `model` section
-    and the tokenizer."""
+def _generator(recipe: Recipe, model, target: Target, budget: int, engine: str = "transformers", sampling=None):
+    """The generation engine (`vllm` or `transformers`, chosen by grpo_cli/eval/engines.py) for the `model` section,
+    greedy or with `sampling` (eval/sampler.py), and the tokenizer."""
     import torch
 
     from grpo_cli.eval.continuous import ContinuousGenerator, supports_continuous_batching
@@ -253,6 +266,7 @@ def _generator(recipe: Recipe, model, target: Target, budget: int, engine: str =
             target.adapter,
             model.tokenizer,
             model.trust_remote_code,
+            sampling,
         ), tokenizer
     narrower = dtype != model.dtype
     lm = load_model(model.model_copy(update={"dtype": dtype}), recipe.quantization)
@@ -274,9 +288,4 @@ def _generator(recipe: Recipe, model, target: Target, budget: int, engine: str =
     lm.eval()
     max_length = getattr(lm.config, "max_position_embeddings", None)
     own = ContinuousGenerator if supports_continuous_batching(lm) else HFGenerator
-    return own(lm, tokenizer, budget, stops, max_length), tokenizer
-
-
-def _engine_label(generator, dtype: str) -> str:
-    """What the console says generates: `vLLM 0.32.0, float32` or `transformers 5.19.0, bfloat16`."""
-    return f"{'vLLM' if generator.name == 'vllm' else generator.name} {generator.version}, {dtype}"
+    return own(lm, tokenizer, budget, stops, max_length, sampling=sampling), tokenizer

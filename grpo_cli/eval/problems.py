@@ -103,3 +103,12 @@ def chat_prompts(problems: list[Problem], recipe: Recipe, tokenizer) -> list[str
         render_prompt(tokenizer, build_prompt(p.question, recipe.data.system_prompt, recipe.data.chat))
         for p in problems
     ]
+
+
+def protocol_prompts(problems: list[Problem], recipe: Recipe, tokenizer, pool: list[dict[str, Any]]) -> list[str]:
+    """What the evaluation's protocol shows the model for each problem: lm-eval's few-shot context (examples drawn
+    as its sampler draws them from `pool`), else the training prompt."""
+    ev = recipe.eval
+    if ev.protocol == "lm-eval":
+        return lm_eval_prompts(problems, pool, ev.num_fewshot, ev.fewshot_seed)
+    return chat_prompts(problems, recipe, tokenizer)

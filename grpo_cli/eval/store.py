@@ -97,6 +97,14 @@ class PredictionStore:
             self.records[record["index"]] = record
 
 
+def previous_session(directory: Path) -> dict | None:
+    """The `session` of the summary.json an earlier run left in `directory` (its generation's timing), if any."""
+    try:
+        return json.loads((directory / SUMMARY_FILE).read_text(encoding="utf-8")).get("session")
+    except (OSError, ValueError, AttributeError):
+        return None
+
+
 def _refuse_other_problems(path: Path, records: dict[int, dict[str, Any]], problems: list) -> None:
     """A record is resumed by its index only when it holds that problem's question and gold answer: after the data
     file was replaced at the same path, or in a folder of another file's evaluation, the records found belong to

@@ -39,7 +39,8 @@ class EvalDisplay:
                 f"{label}: left out {unscorable} problem(s) that cannot be scored (no question or answer)"
             )
         self.scored = len(done)
-        self.correct = {name: sum(bool(r["correct"][name]) for r in done) for name in names}
+        # A sampled record's `correct` is its fraction of right completions: the running figure is mean@N.
+        self.correct = {name: sum(float(r["correct"][name]) for r in done) for name in names}
         self.new = 0
         if done:
             self.console.print(f"{label}: continuing, {len(done)} of {total} problems already scored")
@@ -52,7 +53,7 @@ class EvalDisplay:
         self.scored += len(records)
         self.new += len(records)
         for name in self.correct:
-            self.correct[name] += sum(bool(r["correct"][name]) for r in records)
+            self.correct[name] += sum(float(r["correct"][name]) for r in records)
         rate = self.new / elapsed_s if elapsed_s > 0 else 0.0
         shown = {"strict-match": "strict", "flexible-extract": "flexible"}
         stats = f"{rate:.2f} problems/s  " + "  ".join(
@@ -73,18 +74,20 @@ def _pct(x: float) -> str:
     return f"{100 * x:.1f}%"
 
 
+def _interval(ci: list[float]) -> str:
+    return f"{_pct(ci[0])} - {_pct(ci[1])}"
+
+
 def summary_table(summary: dict[str, Any]) -> Table:
     title = f"{summary['target']}: {summary['model']}" + (f" + {summary['adapter']}" if summary.get("adapter") else "")
     table = Table(title=f"{title}  ({summary['protocol']}, {summary['problems']} problems)", box=None)
-    for column in ("filter", "accuracy", "95% interval (Wilson)", "correct"):
-        table.add_column(column, justify="left" if column == "filter" else "right")
-    for name, f in summary["filters"].items():
-        table.add_row(
-            name,
-            _pct(f["accuracy"]),
-            f"{_pct(f['ci95'][0])} - {_pct(f['ci95'][1])}",
-            f"{f['correct']}/{summary['problems']}",
-        )
+    if "sampling" in summary:
+        _sampled_rows(table, summary)
+    else:
+        for column in ("filter", "accuracy", "95% interval (Wilson)", "correct"):
+            table.add_column(column, justify="left" if column == "filter" else "right")
+        for name, f in summary["filters"].items():
+            table.add_row(name, _pct(f["accuracy"]), _interval(f["ci95"]), f"{f['correct']}/{summary['problems']}")
     session = summary["session"]
     form = "no format reward" if summary["format_rate"] is None else f"format rate {_pct(summary['format_rate'])}"
     table.caption = (
@@ -99,8 +102,31 @@ def summary_table(summary: dict[str, Any]) -> Table:
     return table
 
 
+def _sampled_rows(table: Table, summary: dict[str, Any]) -> None:
+    """mean@N (normal interval over problems), pass@N and maj@N (Wilson intervals over problems) per filter."""
+    s, n = summary["sampling"], summary["sampling"]["samples"]
+    table.title += f"\n{n} samples per problem, temperature {s['temperature']}, top-p {s['top_p']}, seed {s['seed']}"
+    columns = ("filter", f"mean@{n}", "95% normal", f"pass@{n}", "95% Wilson", f"maj@{n}", "95% Wilson")
+    for column in columns:
+        table.add_column(column, justify="left" if column == "filter" else "right")
+    for name, f in summary["filters"].items():
+        vote = f["majority"]
+        table.add_row(
+            name,
+            _pct(f["accuracy"]),
+            _interval(f["ci95"]),
+            _pct(f["pass"]["accuracy"]),
+            _interval(f["pass"]["ci95"]),
+            *((_pct(vote["accuracy"]), _interval(vote["ci95"])) if vote else ("n/a", "")),
+        )
+    if "majority" in s:
+        table.title += f"\nmaj@{n} {s['majority']}"
+
+
 def comparison_table(result: dict[str, Any]) -> Table:
     table = Table(title=f"trained vs base on the same {result['problems']} problems", box=None)
+    if "sampling" in result:
+        return _sampled_comparison(table, result)
     for column in ("filter", "base", "trained", "difference", "95% interval (paired)", "fixed", "broken"):
         table.add_column(column, justify="left" if column == "filter" else "right")
     for name, f in result["filters"].items():
@@ -114,6 +140,34 @@ def comparison_table(result: dict[str, Any]) -> Table:
             str(f["broken"]),
         )
     table.caption = "an interval that contains 0 means the change is not distinguishable from noise"
+    return table
+
+
+def _sampled_comparison(table: Table, result: dict[str, Any]) -> Table:
+    """mean@N's change (paired over the per-problem fractions), then pass@N's and maj@N's (paired over problems)."""
+    n = result["sampling"]["samples"]
+    columns = ("filter", "figure", "base", "trained", "difference", "95% interval (paired)", "better", "worse")
+    for column in columns:
+        table.add_column(column, justify="left" if column in ("filter", "figure") else "right")
+    for name, f in result["filters"].items():
+        figures = [(f"mean@{n}", f, "improved", "worsened"), (f"pass@{n}", f["pass"], "fixed", "broken")]
+        if "majority" in f:
+            figures.append((f"maj@{n}", f["majority"], "fixed", "broken"))
+        for label, g, better, worse in figures:
+            table.add_row(
+                name,
+                label,
+                _pct(g["base"]),
+                _pct(g["trained"]),
+                f"{100 * g['difference']:+.1f} pts",
+                f"{100 * g['low']:+.1f} to {100 * g['high']:+.1f}",
+                str(g[better]),
+                str(g[worse]),
+            )
+    table.caption = (
+        f"better/worse: problems whose fraction right ({'mean@' + str(n)}) or verdict rose or fell; "
+        "an interval that contains 0 means the change is not distinguishable from noise"
+    )
     return table
 
 
