@@ -1,6 +1,8 @@
 from __future__ import annotations
 
 import os
+import shutil
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -9,9 +11,17 @@ import pytest
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+# trackio reads TRACKIO_DIR once, when TRL first imports it: set before any import, so a test run writes its trackio
+# database here, never into ~/.cache/huggingface/trackio (removed when the session ends).
+TRACKIO_DIR = Path(tempfile.gettempdir()) / f"grpo-tests-trackio-{os.getpid()}"
+os.environ["TRACKIO_DIR"] = str(TRACKIO_DIR)
 
 ASSETS = Path(__file__).parent / "assets"
 ROOT = Path(__file__).resolve().parent.parent
+
+
+def pytest_sessionfinish(session, exitstatus):
+    shutil.rmtree(TRACKIO_DIR, ignore_errors=True)
 
 
 @pytest.fixture(scope="session")

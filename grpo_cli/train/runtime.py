@@ -8,8 +8,8 @@ from grpo_cli.errors import UserError
 from grpo_cli.recipe.schema import Recipe
 
 # What each `training.report_to` tracker imports (any one of them will do) and how to get it; transformers would
-# raise inside the Trainer, after the model loaded. kubeflow is no package: transformers reports to it only inside a
-# Kubeflow TrainJob.
+# raise inside the Trainer, after the model loaded. The two local trackers are extras at the versions the tests read
+# back (pyproject.toml). kubeflow is no package: transformers reports to it only inside a Kubeflow TrainJob.
 TRACKER_MODULES: dict[str, tuple[tuple[str, ...], str]] = {
     "azure_ml": (("azureml",), "pip install azureml-sdk"),
     "clearml": (("clearml",), "pip install clearml"),
@@ -22,8 +22,8 @@ TRACKER_MODULES: dict[str, tuple[tuple[str, ...], str]] = {
     "mlflow": (("mlflow",), "pip install mlflow"),
     "neptune": (("neptune",), "pip install neptune"),
     "swanlab": (("swanlab",), "pip install swanlab"),
-    "tensorboard": (("tensorboard", "tensorboardX"), "pip install tensorboard"),
-    "trackio": (("trackio",), "pip install trackio"),
+    "tensorboard": (("tensorboard", "tensorboardX"), "pip install 'grpo-cli[tensorboard]'"),
+    "trackio": (("trackio",), "pip install 'grpo-cli[trackio]'"),
     "wandb": (("wandb",), "pip install wandb"),
 }
 
