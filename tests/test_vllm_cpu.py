@@ -86,6 +86,27 @@ def test_trained_weights_reach_the_cpu_engine(tmp_path, vllm_model):
 
 
 @pytest.mark.vllm
+def test_the_cpu_engine_generates_in_the_recipes_dtype_not_the_checkpoints(tmp_path, vllm_model):
+    """TRL lets vLLM take the dtype a checkpoint stores (bfloat16 for Qwen2.5); a float32 recipe must generate in
+    float32 (emulated bfloat16 is 3.7x slower on an AVX2 CPU, benchmarks/vllm_cpu_dtype.txt)."""
+    pytest.importorskip("vllm")
+    import shutil
+
+    from grpo_cli.recipe.validation import load_recipe
+    from grpo_cli.train.trainer import build_trainer
+
+    stored_bf16 = tmp_path / "model"
+    shutil.copytree(vllm_model, stored_bf16)
+    config = json.loads((stored_bf16 / "config.json").read_text())
+    config["dtype"] = config["torch_dtype"] = "bfloat16"
+    (stored_bf16 / "config.json").write_text(json.dumps(config))
+    recipe = load_recipe(vllm_recipe(tmp_path, stored_bf16))
+    assert recipe.model.dtype == "float32"
+    trainer, _ = build_trainer(recipe, tmp_path / "run")
+    assert trainer.vllm_generation.llm.llm_engine.model_config.dtype == torch.float32
+
+
+@pytest.mark.vllm
 def test_train_generates_with_vllm_on_the_cpu(tmp_path, vllm_model):
     """Two real steps with vLLM generating: the run finishes, the loss is finite, the adapter moved."""
     pytest.importorskip("vllm")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from contextlib import nullcontext
 from pathlib import Path
 
 from grpo_cli.progress import quiet_libraries
@@ -36,30 +37,33 @@ def build_trainer(
     prepared = data.prepare(recipe.data, tokenizer, seed=recipe.training.seed, tools=tools)
     prepared.check_enough(recipe)  # before the model loads: too few usable rows for one step is refused here
     on_cpu, mixed = _precision_here(recipe)
+    engine_dtype = nullcontext()
     if on_cpu and recipe.grpo.use_vllm:
-        from grpo_cli.train.vllm_cpu import prepare_environment
+        from grpo_cli.train.vllm_cpu import engine_in_recipe_dtype, prepare_environment
 
         prepare_environment(recipe)  # before TRL builds the engine inside the trainer
+        engine_dtype = engine_in_recipe_dtype(recipe.model.dtype)
     model = _load_model(recipe, on_cpu, mixed)
     peft_config = models.lora_config(recipe.lora) if recipe.lora is not None else None
     if start_weights is not None:  # the same adapter keeps training: TRL takes the PEFT model as it is
         from grpo_cli.train.start_weights import start_from
 
         model, peft_config = start_from(model, start_weights, recipe), None
-    trainer = RecipeTrainer(
-        model=model,
-        reward_funcs=guarded_rewards(recipe) if reward_funcs is None else reward_funcs,
-        args=GRPOConfig(**grpo_config_kwargs(recipe, run_dir, on_cpu=on_cpu, mixed=mixed)),
-        train_dataset=prepared.dataset,
-        processing_class=tokenizer,
-        peft_config=peft_config,
-        callbacks=callbacks,
-        tools=tools,
-        environment_factory=environment_factory,
-        mixed_precision=mixed,
-        zero_variance_mode=recipe.grpo.zero_variance_groups,
-        zero_variance_rounds=recipe.grpo.zero_variance_rounds,
-    )
+    with engine_dtype:  # TRL starts a colocated vLLM engine inside the constructor
+        trainer = RecipeTrainer(
+            model=model,
+            reward_funcs=guarded_rewards(recipe) if reward_funcs is None else reward_funcs,
+            args=GRPOConfig(**grpo_config_kwargs(recipe, run_dir, on_cpu=on_cpu, mixed=mixed)),
+            train_dataset=prepared.dataset,
+            processing_class=tokenizer,
+            peft_config=peft_config,
+            callbacks=callbacks,
+            tools=tools,
+            environment_factory=environment_factory,
+            mixed_precision=mixed,
+            zero_variance_mode=recipe.grpo.zero_variance_groups,
+            zero_variance_rounds=recipe.grpo.zero_variance_rounds,
+        )
     # With tqdm off (grpo_config.py) the Trainer prints each raw log dict; our display and metrics file replace it.
     trainer.remove_callback(PrinterCallback)
     return trainer, prepared

@@ -34,6 +34,10 @@ VLLM_ATTRIBUTES = {
 VLLM_GENERATION_METHODS = {
     "_iter_named_params": "reads the merged, vLLM-named weights to push into a CPU vLLM engine from",
 }
+# Module globals of TRL's vLLM helper, replaced only while a CPU vLLM engine starts (vllm_cpu.py).
+VLLM_MODULE_GLOBALS = {
+    ("trl.generation.vllm_generation", "LLM"): "starts a CPU vLLM engine in the recipe's dtype by wrapping",
+}
 # Module globals read or set.
 MODULE_GLOBALS = {
     ("trl.trainer.utils", "_CHUNKED_LOGPROB_CHUNK_SIZE"): "narrows the LM head's vocabulary tiles on a CPU by setting",
@@ -69,7 +73,15 @@ def missing() -> list[str]:
             for name, purpose in VLLM_GENERATION_METHODS.items()
             if not callable(getattr(VLLMGeneration, name, None))
         ]
-    for (module, name), purpose in MODULE_GLOBALS.items():
+        gone += _missing_globals(VLLM_MODULE_GLOBALS)
+    return gone + _missing_globals(MODULE_GLOBALS)
+
+
+def _missing_globals(names: dict) -> list[str]:
+    import importlib
+
+    gone = []
+    for (module, name), purpose in names.items():
         if not hasattr(importlib.import_module(module), name):
             gone.append(f"{module}.{name}, which grpo {purpose} it")
     return gone

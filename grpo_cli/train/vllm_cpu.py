@@ -12,6 +12,11 @@ parameter behind, so that call fails (`'Parameter' object has no attribute 'weig
 `reload_weights(weights_iterator=..., is_checkpoint_format=True)`, which restores each layer, loads the given tensors
 and packs them again; this hands it TRL's own iterator (PEFT merged, names as vLLM expects them).
 
+TRL starts the engine without a dtype, so vLLM takes the checkpoint's stored one (bfloat16 for Qwen2.5) even where
+the policy trains in float32; on a CPU without AVX512-BF16 that is emulated and generates 3.7x slower than float32
+(benchmarks/vllm_cpu_dtype.txt). The engine is started in the recipe's dtype instead, which also keeps generation and
+training at one precision.
+
 TRL's iterator merges the adapter, yields each merged tensor's storage and unmerges once it is exhausted: each tensor
 is copied as it is yielded, or an engine that reads the iterator to the end before loading would receive the unmerged
 base (no error, no change).
@@ -19,7 +24,9 @@ base (no error, no change).
 
 from __future__ import annotations
 
+import functools
 import os
+from contextlib import contextmanager
 
 from grpo_cli.recipe.schema import Recipe
 
@@ -32,6 +39,19 @@ def prepare_environment(recipe: Recipe) -> None:
 
     os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
     os.environ["VLLM_CPU_KVCACHE_SPACE"] = str(kv_cache_space_gib(recipe, architectures.resolve(recipe)))
+
+
+@contextmanager
+def engine_in_recipe_dtype(dtype: str):
+    """While the trainer is built: TRL's engine starts with `dtype` (TRL passes none; see the module's docstring)."""
+    from trl.generation import vllm_generation
+
+    start = vllm_generation.LLM
+    vllm_generation.LLM = functools.partial(start, dtype=dtype)
+    try:
+        yield
+    finally:
+        vllm_generation.LLM = start
 
 
 def sync_cpu_engine(generation) -> None:
