@@ -308,6 +308,8 @@ def test_sampled_compare_pairs_the_fractions_of_each_problem(tmp_path, tiny_llam
         assert comparison[label + "_behaviour"]["mean_new_tokens"] == pytest.approx(
             sum(s["new_tokens"] for s in completions) / 12
         )
+    card = (run_dir / "README.md").read_text()  # the model card says the figures are mean@3, not greedy
+    assert "| chat, test | base, mean@3 at T 1 | 4 |" in card and "| chat, test | trained, mean@3 at T 1 | 4 |" in card
 
 
 @pytest.mark.skipif(importlib.util.find_spec("vllm") is None, reason="vLLM is not installed (pip install vllm)")

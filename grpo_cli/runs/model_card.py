@@ -163,7 +163,8 @@ def _evaluations(run_dir: Path) -> list[str]:
         if summary["protocol"] == "task":  # the recipe's own verifiers, named in the cell
             cells = "; ".join(f"{name} {_accuracy(f)}" for name, f in summary["filters"].items())
         form = "-" if summary["format_rate"] is None else f"{100 * summary['format_rate']:.1f}%"
-        row = f"| {summary['protocol']}, {data} | {summary['target']} | {summary['problems']} | {cells} | {form} |"
+        model = summary["target"] + _decoding(summary.get("sampling"))
+        row = f"| {summary['protocol']}, {data} | {model} | {summary['problems']} | {cells} | {form} |"
         (task_rows if summary["protocol"] == "task" else rows).append(row)
     if not rows and not task_rows:
         return ["", "## Evaluation", "", f"Not evaluated yet: `grpo eval --compare {run_dir}`."]
@@ -171,7 +172,7 @@ def _evaluations(run_dir: Path) -> list[str]:
     if rows:
         lines += [
             "",
-            "## Evaluation (GSM8K, greedy; Wilson 95% intervals)",
+            "## Evaluation (GSM8K, greedy unless marked; 95% intervals)",
             "",
             "| protocol-data | model | problems | strict-match | flexible-extract | format rate |",
             "|---|---|---|---|---|---|",
@@ -180,13 +181,20 @@ def _evaluations(run_dir: Path) -> list[str]:
     if task_rows:
         lines += [
             "",
-            "## Evaluation on the task (the recipe's verifiers, greedy; Wilson 95% intervals)",
+            "## Evaluation on the task (the recipe's verifiers, greedy unless marked; 95% intervals)",
             "",
             "| protocol-data | model | problems | accuracy by verifier | format rate |",
             "|---|---|---|---|---|",
             *task_rows,
         ]
     return lines
+
+
+def _decoding(sampling: dict | None) -> str:
+    """Greedy says nothing; a sampled evaluation's accuracy is mean@N (its interval a normal one over problems)."""
+    if not sampling:
+        return ""
+    return f", mean@{sampling['samples']} at T {sampling['temperature']:g}"
 
 
 def _accuracy(f: dict) -> str:
