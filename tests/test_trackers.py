@@ -25,6 +25,7 @@ from conftest import ASSETS, ROOT, fails_cleanly, write_recipe
 from grpo_cli.cli import app
 from grpo_cli.recipe.schema import Tracker
 from grpo_cli.runs.layout import METRICS_FILE, TRL_LOGS_DIR, headline_keys
+from grpo_cli.train.callbacks import TRACKED_FIGURES
 from grpo_cli.train.runtime import TRACKER_MODULES
 
 runner = CliRunner()
@@ -123,6 +124,9 @@ def assert_same_figures(rows: list[dict], logged: dict[int, dict[str, float]]) -
             assert math.isfinite(value), (row["step"], key, value)
             assert value == pytest.approx(row[key], rel=1e-6, abs=1e-7), (row["step"], key)  # TensorBoard: float32
     assert any(row["loss"] != 0 or row["reward_std"] != 0 for row in rows)  # figures worth comparing
+    for row in rows:  # grpo's own figures too
+        for key in TRACKED_FIGURES:
+            assert logged[row["step"]][f"train/{key}"] == pytest.approx(row[key], rel=1e-6), (row["step"], key)
 
 
 @pytest.mark.slow

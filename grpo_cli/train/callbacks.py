@@ -28,8 +28,13 @@ def peak_memory_gb() -> tuple[float, str]:
     return peak_rss() / 2**30, "cpu_peak_rss"
 
 
+# grpo's own figures that also go to the trackers (`training.report_to`), under transformers' `train/` prefix.
+TRACKED_FIGURES = ("step_time_s", "completion_tokens_per_s", "generation_s", "peak_memory_gb")
+
+
 class MetricsCallback(TrainerCallback):
-    """One JSON line per logging step, plus a few completion samples; also feeds the progress display."""
+    """One JSON line per logging step, plus a few completion samples; also feeds the progress display. It runs
+    before the trackers' callbacks (run.py puts it first) and adds TRACKED_FIGURES to the log they receive."""
 
     def __init__(
         self,
@@ -84,6 +89,7 @@ class MetricsCallback(TrainerCallback):
         }
         with self.metrics_path.open("a", encoding="utf-8") as fh:
             fh.write(json.dumps(record) + "\n")
+        logs.update((key, record[key]) for key in TRACKED_FIGURES if record[key] is not None)
         if self.recorder is not None and self.completions_per_step:
             with self.samples_path.open("a", encoding="utf-8") as fh:
                 for sample in self.recorder.latest[: self.completions_per_step]:

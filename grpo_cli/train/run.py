@@ -127,6 +127,9 @@ def _watch(trainer, recipe: Recipe, console: Console, rows: int, recorder, check
         generation_seconds=phases.take_generation_seconds,
     )
     trainer.add_callback(metrics)
+    # First of all callbacks: the figures it adds to each log then reach the trackers' callbacks too.
+    callbacks = trainer.callback_handler.callbacks
+    callbacks.insert(0, callbacks.pop(callbacks.index(metrics)))
     phases.install(trainer)
     return display, metrics
 
