@@ -2,7 +2,7 @@
 
 Why it matters: TRL starts the colocated engine with the checkpoint's stored dtype, and Qwen2.5 stores bfloat16. On a
 CPU without AVX512-BF16 bfloat16 is emulated, so GSM8K take four (d1) generated in bfloat16 while it trained in
-float32. grpo now starts the engine in the recipe's dtype (train/vllm_cpu.py, engine_in_recipe_dtype).
+float32. grpo now starts the engine in the recipe's dtype, eagerly (train/vllm_cpu.py, cpu_engine_settings).
 
 Each configuration runs in a fresh process (an engine per process, in-process as colocate runs it): 32 sampled
 prompts of 128 tokens each (EOS ignored, so every configuration generates the same number of tokens), the batch a

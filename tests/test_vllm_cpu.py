@@ -86,9 +86,10 @@ def test_trained_weights_reach_the_cpu_engine(tmp_path, vllm_model):
 
 
 @pytest.mark.vllm
-def test_the_cpu_engine_generates_in_the_recipes_dtype_not_the_checkpoints(tmp_path, vllm_model):
+def test_the_cpu_engine_runs_eagerly_in_the_recipes_dtype_not_the_checkpoints(tmp_path, vllm_model):
     """TRL lets vLLM take the dtype a checkpoint stores (bfloat16 for Qwen2.5); a float32 recipe must generate in
-    float32 (emulated bfloat16 is 3.7x slower on an AVX2 CPU, benchmarks/vllm_cpu_dtype.txt)."""
+    float32 (emulated bfloat16 is far slower on an AVX2 CPU, benchmarks/vllm_cpu_dtype.txt), without vLLM's compiled
+    graphs (minutes at each start)."""
     pytest.importorskip("vllm")
     import shutil
 
@@ -103,7 +104,8 @@ def test_the_cpu_engine_generates_in_the_recipes_dtype_not_the_checkpoints(tmp_p
     recipe = load_recipe(vllm_recipe(tmp_path, stored_bf16))
     assert recipe.model.dtype == "float32"
     trainer, _ = build_trainer(recipe, tmp_path / "run")
-    assert trainer.vllm_generation.llm.llm_engine.model_config.dtype == torch.float32
+    config = trainer.vllm_generation.llm.llm_engine.model_config
+    assert config.dtype == torch.float32 and config.enforce_eager
 
 
 @pytest.mark.vllm

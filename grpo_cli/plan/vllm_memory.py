@@ -39,8 +39,7 @@ def kv_cache_space_gib(recipe: Recipe, arch: Architecture) -> int:
 
 
 def vllm_cpu_terms(recipe: Recipe, arch: Architecture, w: int) -> list[Term]:
-    """The engine's weights (in the recipe's dtype: TRL lets vLLM load the checkpoint as it is stored, which is at
-    most that wide) and its KV cache."""
+    """The engine's weights (in the recipe's dtype: train/vllm_cpu.py starts it so) and its KV cache."""
     kv = kv_cache_space_gib(recipe, arch)
     return [
         Term("vLLM weights", arch.params * w, "static", f"vLLM's own copy, P {arch.params / 1e6:.1f}M x {w} B"),

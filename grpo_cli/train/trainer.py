@@ -37,19 +37,19 @@ def build_trainer(
     prepared = data.prepare(recipe.data, tokenizer, seed=recipe.training.seed, tools=tools)
     prepared.check_enough(recipe)  # before the model loads: too few usable rows for one step is refused here
     on_cpu, mixed = _precision_here(recipe)
-    engine_dtype = nullcontext()
+    engine_settings = nullcontext()
     if on_cpu and recipe.grpo.use_vllm:
-        from grpo_cli.train.vllm_cpu import engine_in_recipe_dtype, prepare_environment
+        from grpo_cli.train.vllm_cpu import cpu_engine_settings, prepare_environment
 
         prepare_environment(recipe)  # before TRL builds the engine inside the trainer
-        engine_dtype = engine_in_recipe_dtype(recipe.model.dtype)
+        engine_settings = cpu_engine_settings(recipe.model.dtype)
     model = _load_model(recipe, on_cpu, mixed)
     peft_config = models.lora_config(recipe.lora) if recipe.lora is not None else None
     if start_weights is not None:  # the same adapter keeps training: TRL takes the PEFT model as it is
         from grpo_cli.train.start_weights import start_from
 
         model, peft_config = start_from(model, start_weights, recipe), None
-    with engine_dtype:  # TRL starts a colocated vLLM engine inside the constructor
+    with engine_settings:  # TRL starts a colocated vLLM engine inside the constructor
         trainer = RecipeTrainer(
             model=model,
             reward_funcs=guarded_rewards(recipe) if reward_funcs is None else reward_funcs,

@@ -36,7 +36,7 @@ VLLM_GENERATION_METHODS = {
 }
 # Module globals of TRL's vLLM helper, replaced only while a CPU vLLM engine starts (vllm_cpu.py).
 VLLM_MODULE_GLOBALS = {
-    ("trl.generation.vllm_generation", "LLM"): "starts a CPU vLLM engine in the recipe's dtype by wrapping",
+    ("trl.generation.vllm_generation", "LLM"): "starts a CPU vLLM engine in the recipe's dtype, eagerly, by wrapping",
 }
 # Module globals read or set.
 MODULE_GLOBALS = {

@@ -13,9 +13,11 @@ parameter behind, so that call fails (`'Parameter' object has no attribute 'weig
 and packs them again; this hands it TRL's own iterator (PEFT merged, names as vLLM expects them).
 
 TRL starts the engine without a dtype, so vLLM takes the checkpoint's stored one (bfloat16 for Qwen2.5) even where
-the policy trains in float32; on a CPU without AVX512-BF16 that is emulated and generates 3.7x slower than float32
-(benchmarks/vllm_cpu_dtype.txt). The engine is started in the recipe's dtype instead, which also keeps generation and
-training at one precision.
+the policy trains in float32; on a CPU without AVX512-BF16 that is emulated and generates several times slower than
+float32 (benchmarks/vllm_cpu_dtype.txt). The engine is started in the recipe's dtype instead, which also keeps
+generation and training at one precision. It also runs eagerly, as grpo eval's engine does on a CPU: vLLM's compiled
+graphs generate a little faster but take minutes to build at every start (same file), more than a CPU run of a few
+dozen steps gains back.
 
 TRL's iterator merges the adapter, yields each merged tensor's storage and unmerges once it is exhausted: each tensor
 is copied as it is yielded, or an engine that reads the iterator to the end before loading would receive the unmerged
@@ -42,12 +44,13 @@ def prepare_environment(recipe: Recipe) -> None:
 
 
 @contextmanager
-def engine_in_recipe_dtype(dtype: str):
-    """While the trainer is built: TRL's engine starts with `dtype` (TRL passes none; see the module's docstring)."""
+def cpu_engine_settings(dtype: str):
+    """While the trainer is built: TRL's engine starts in `dtype`, eagerly (TRL passes neither; see the module's
+    docstring)."""
     from trl.generation import vllm_generation
 
     start = vllm_generation.LLM
-    vllm_generation.LLM = functools.partial(start, dtype=dtype)
+    vllm_generation.LLM = functools.partial(start, dtype=dtype, enforce_eager=True)
     try:
         yield
     finally:
