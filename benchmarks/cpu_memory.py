@@ -92,7 +92,7 @@ ALLOCATORS = {
     "mmap256k": {"MALLOC_MMAP_THRESHOLD_": str(256 << 10)},
     "mmap64k_thp": {"GLIBC_TUNABLES": "glibc.malloc.mmap_threshold=65536:glibc.malloc.hugetlb=1"},
     "mmap1m_thp": {"GLIBC_TUNABLES": "glibc.malloc.mmap_threshold=1048576:glibc.malloc.hugetlb=1"},
-    "tool": {},  # what grpo itself runs with on a CPU (grpo_cli/cpu_memory.py: mimalloc preloaded)
+    "tool": {},  # what grpo itself runs with on a CPU (grpo_cli/process/allocator.py: mimalloc preloaded)
 }
 
 CHILD = r"""
@@ -111,11 +111,11 @@ if allocator.startswith("trim"):  # give freed heap pages back at each phase bou
         finally:
             libc.malloc_trim(0)
     GRPOTrainer._generate_and_score_completions = trimmed
-from grpo_cli import cpu_memory
+from grpo_cli.process import optional_libraries
 from grpo_cli.recipe.validation import load_recipe
 recipe = load_recipe(sys.argv[1], json.loads(sys.argv[2]), scope="preflight")
 if allocator == "tool":  # as the grpo command runs: bitsandbytes left out when the recipe does not use it
-    cpu_memory.skip_unused_bitsandbytes(recipe, own_process=True)
+    optional_libraries.skip_unused_bitsandbytes(recipe, own_process=True)
 from grpo_cli.progress import quiet_libraries
 from grpo_cli.preflight.measure import measure_steps
 quiet_libraries()
@@ -133,7 +133,7 @@ print(json.dumps({"live_peak": m.peak_bytes, "rss_peak": resource.getrusage(reso
 
 def run(config: str, allocator: str, steps: int) -> dict:
     recipe, overrides = CONFIGS[config]
-    from grpo_cli.cpu_memory import ALLOCATOR_ENV, preload_env
+    from grpo_cli.process.allocator import ALLOCATOR_ENV, preload_env
 
     env = {
         k: v for k, v in os.environ.items() if not k.startswith("MALLOC_") and k not in (ALLOCATOR_ENV, "LD_PRELOAD")

@@ -38,7 +38,7 @@ def timed(call) -> tuple[int, float]:
 def main() -> None:
     import os
 
-    from grpo_cli.cpu_memory import preload_env
+    from grpo_cli.process.allocator import preload_env
 
     env = preload_env()  # run as `grpo train` does on a CPU: with mimalloc preloaded (one re-execution)
     if env is not None:

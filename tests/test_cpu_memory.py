@@ -109,9 +109,9 @@ def test_in_a_log_each_phase_change_is_a_line_and_repeats_wait_30_seconds():
 
 LEAN_PROBE = """
 import sys
-from grpo_cli import cpu_memory
+from grpo_cli.process import optional_libraries
 from grpo_cli.recipe.validation import load_recipe
-marked = cpu_memory.skip_unused_bitsandbytes(load_recipe(sys.argv[1], sys.argv[2:]), own_process=True)
+marked = optional_libraries.skip_unused_bitsandbytes(load_recipe(sys.argv[1], sys.argv[2:]), own_process=True)
 import peft, trl
 from transformers.utils import is_bitsandbytes_available
 print(marked, is_bitsandbytes_available(), "bitsandbytes.nn" in sys.modules)
@@ -135,11 +135,12 @@ def test_a_run_that_does_not_quantize_leaves_bitsandbytes_unimported():
 
 
 def test_bitsandbytes_is_left_alone_inside_a_process_that_did_not_ask():
-    from grpo_cli import cpu_memory
+    from grpo_cli.process import optional_libraries
     from grpo_cli.recipe.validation import load_recipe
 
     # only the console script's commands own their process; tests and users' Python keep bitsandbytes
-    assert not cpu_memory.skip_unused_bitsandbytes(load_recipe(ROOT / "recipes" / "demo.yaml"), own_process=False)
+    demo = load_recipe(ROOT / "recipes" / "demo.yaml")
+    assert not optional_libraries.skip_unused_bitsandbytes(demo, own_process=False)
     assert sys.modules.get("bitsandbytes", "absent") is not None
 
 

@@ -13,7 +13,7 @@ import runpy
 import sys
 
 # The command runs inside this process, which must live on to write its peak: grpo's CPU re-execution with mimalloc
-# (grpo_cli/cpu_memory.py) would replace it. Both sides of a comparison then use the same malloc.
+# (grpo_cli/process/allocator.py) would replace it. Both sides of a comparison then use the same malloc.
 os.environ.setdefault("GRPO_ALLOCATOR", "system")
 
 result_file, *command = sys.argv[1:]

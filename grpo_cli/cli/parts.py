@@ -18,7 +18,7 @@ from grpo_cli.errors import UserError
 
 def own_process(ctx: typer.Context) -> bool:
     """Whether the command runs in a process of its own (the console script, cli/root.py), not inside a test or a
-    user's Python: only then may it drop libraries for the whole process (cpu_memory.skip_unused_bitsandbytes)."""
+    user's Python: only then may it drop libraries for the whole process (process/optional_libraries.py)."""
     return bool(ctx.obj and ctx.obj.get("own_process"))
 
 

@@ -19,10 +19,10 @@ app = typer.Typer(
 
 def entry() -> None:
     """The `grpo` console script and `python -m grpo_cli`: on a CPU, the commands that hold a model run with
-    mimalloc (grpo_cli/cpu_memory.py), then the Typer app."""
+    mimalloc (grpo_cli/process/allocator.py), then the Typer app."""
     import sys
 
-    from grpo_cli.cpu_memory import prepare_process
+    from grpo_cli.process.allocator import prepare_process
 
     prepare_process(sys.argv[1:])
     app(prog_name="grpo", obj={"own_process": True})  # a fresh process per command: its set-up is the command's

@@ -8,7 +8,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from grpo_cli.cpu_memory import skip_unused_bitsandbytes
 from grpo_cli.errors import UserError
 from grpo_cli.eval import evaluate as ev
 from grpo_cli.eval.comparison import compare
@@ -16,6 +15,7 @@ from grpo_cli.eval.engines import check_engine
 from grpo_cli.eval.sampler import check_sampling
 from grpo_cli.eval.store import OWN_FILES, refuse_foreign
 from grpo_cli.eval.targets import Target, default_output, run_target
+from grpo_cli.process.optional_libraries import skip_unused_bitsandbytes
 from grpo_cli.recipe.schema import Recipe
 from grpo_cli.runs.layout import COMPARISON_FILE, RECIPE_FILE, SETTINGS_FILE, is_checkpoint
 

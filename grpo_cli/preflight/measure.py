@@ -14,8 +14,8 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from grpo_cli.cpu_memory import peak_rss
 from grpo_cli.preflight.trackers import CudaPeaks, LiveTensorBytes, PhasePeaks
+from grpo_cli.process.allocator import peak_rss
 from grpo_cli.recipe.schema import Recipe
 from grpo_cli.train.phases import GenerationClock, StepPhases
 

@@ -69,7 +69,7 @@ def run_preflight(
 ) -> Preflight:
     """Sample groups, run `steps` real steps, plan the same steps, and advise. Checks that need no model (the GPU
     name, the architecture) come first, so a typo is refused before a minute of measuring. `show` hears where it is."""
-    from grpo_cli.cpu_memory import skip_unused_bitsandbytes
+    from grpo_cli.process.optional_libraries import skip_unused_bitsandbytes
 
     skip_unused_bitsandbytes(recipe, own_process)  # before torch and the libraries below decide whether it is installed
     import torch

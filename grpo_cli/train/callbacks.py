@@ -14,7 +14,7 @@ from typing import Any
 
 from transformers import TrainerCallback
 
-from grpo_cli.cpu_memory import peak_rss
+from grpo_cli.process.allocator import peak_rss
 from grpo_cli.reward_guard import GuardedReward
 from grpo_cli.runs.layout import METRICS_FILE, SAMPLES_FILE
 
@@ -84,7 +84,7 @@ class MetricsCallback(TrainerCallback):
             "mixed_precision": "bf16" if args.bf16 else "fp16" if args.fp16 else "no",
             "peak_memory_gb": round(peak, 4),
             "peak_memory_kind": kind,  # rank 0's
-            "allocator": os.environ.get("GRPO_ALLOCATOR", "system"),  # mimalloc on a CPU (grpo_cli/cpu_memory.py)
+            "allocator": os.environ.get("GRPO_ALLOCATOR", "system"),  # mimalloc on a CPU (process/allocator.py)
             "world_size": args.world_size,
         }
         with self.metrics_path.open("a", encoding="utf-8") as fh:

@@ -36,7 +36,7 @@ def run(
     """`grpo train`: through `accelerate launch` when the recipe asks for several processes, else here. Exit code:
     0 finished, 130 interrupted (a checkpoint was saved when a step had finished). `validate`: the held-out
     validation a `validation:` section asks for, built by the command from evaluation's code."""
-    from grpo_cli.cpu_memory import skip_unused_bitsandbytes
+    from grpo_cli.process.optional_libraries import skip_unused_bitsandbytes
     from grpo_cli.train import distributed
 
     skip_unused_bitsandbytes(recipe, own_process)
