@@ -203,15 +203,13 @@ def _tool_stream(recipe: Recipe, generator, tokenizer, todo: list):
     """The problems through the tool loop, with the recipe's tools and environment behind their guards."""
     from grpo_cli.data import build_prompt
     from grpo_cli.tools.loop import ToolLoop
-    from grpo_cli.tools.registry import guarded_environment, guarded_tools
-    from grpo_cli.tools.template import check_tool_template
+    from grpo_cli.tools.wiring import recipe_tools
 
-    check_tool_template(tokenizer, recipe.model.name)
-    environment = guarded_environment(recipe.environment) if recipe.environment is not None else None
+    tools, environment = recipe_tools(recipe, tokenizer)
     loop = ToolLoop(
         generator,
         tokenizer,
-        guarded_tools(recipe.tools),
+        tools,
         environment,
         max_new_tokens(recipe.eval),
         recipe.grpo.max_tool_calling_iterations,

@@ -57,12 +57,9 @@ def read_data_lengths(recipe: Recipe) -> tuple[DataLengths | None, str]:
 def _measure(recipe: Recipe) -> DataLengths:
     """Without torch where the tokenizer and data allow (light_tokenizer.py), else as training prepares its data."""
     from grpo_cli.plan.light_tokenizer import longest_prompt, remember_class
+    from grpo_cli.tools.wiring import prompt_tools
 
-    tools = None
-    if recipe.tools:
-        from grpo_cli.tools.registry import guarded_tools
-
-        tools = guarded_tools(recipe.tools)
+    tools = prompt_tools(recipe)
     light = longest_prompt(recipe, tools)
     if light is not None:
         return DataLengths(*light, recipe.data.source)

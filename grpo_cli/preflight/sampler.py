@@ -34,28 +34,19 @@ def sample_batch(loop, model, tokenizer, prompts: list, columns: dict, start: in
     return ids, [[{"role": "assistant", "content": t}] for t in decoded] if chat else decoded, []
 
 
-def tools_for_lengths(recipe: Recipe) -> list | None:
-    """The tools the template renders into every prompt, so prompt lengths are measured as training measures them."""
-    from grpo_cli.tools.registry import guarded_tools
-
-    return guarded_tools(recipe.tools) if recipe.tools else None
-
-
 def tool_loop(recipe: Recipe, model, tokenizer, sample: dict):
     """With tools: training's tool loop on a sampler with the recipe's settings (None without tools)."""
     if not recipe.tools and recipe.environment is None:
         return None
     from grpo_cli.tools.loop import ToolLoop
-    from grpo_cli.tools.registry import guarded_environment, guarded_tools
-    from grpo_cli.tools.template import check_tool_template
+    from grpo_cli.tools.wiring import recipe_tools
 
-    check_tool_template(tokenizer, recipe.model.name)
-    environment = guarded_environment(recipe.environment) if recipe.environment is not None else None
+    tools, environment = recipe_tools(recipe, tokenizer)
     settings = {k: v for k, v in sample.items() if k not in ("max_new_tokens", "num_return_sequences")}
     return ToolLoop(
         Sampler(model, tokenizer, settings),
         tokenizer,
-        guarded_tools(recipe.tools),
+        tools,
         environment,
         recipe.grpo.max_completion_length,
         recipe.grpo.max_tool_calling_iterations,

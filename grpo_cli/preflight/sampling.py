@@ -13,9 +13,10 @@ import statistics
 import time
 from dataclasses import dataclass, field
 
-from grpo_cli.preflight.sampler import sample_batch, tool_loop, tools_for_lengths
+from grpo_cli.preflight.sampler import sample_batch, tool_loop
 from grpo_cli.recipe.schema import Recipe
 from grpo_cli.tools.loop import tool_summary
+from grpo_cli.tools.wiring import prompt_tools
 from grpo_cli.train.zero_variance import ZERO_STD_TOLERANCE  # the one training skips by
 
 # Completions per `generate` call when sampling on a CPU.
@@ -95,7 +96,7 @@ def sample_groups(recipe: Recipe, prompt_count: int, show=lambda text, new_phase
     from rewards import resolve_rewards
 
     tokenizer = models.load_tokenizer(recipe.model)
-    prepared = data.prepare(recipe.data, tokenizer, seed=recipe.training.seed, tools=tools_for_lengths(recipe))
+    prepared = data.prepare(recipe.data, tokenizer, seed=recipe.training.seed, tools=prompt_tools(recipe))
     prepared.check_enough(recipe)
     rows = prepared.dataset.shuffle(seed=recipe.training.seed).select(range(min(prompt_count, len(prepared.dataset))))
     model = models.load_model(recipe.model, recipe.quantization).eval()

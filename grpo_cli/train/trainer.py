@@ -27,13 +27,14 @@ def build_trainer(
 
     from grpo_cli import data, models
     from grpo_cli.recipe.grpo_config import grpo_config_kwargs
+    from grpo_cli.tools.wiring import recipe_tools
     from grpo_cli.train import trl_seams
     from grpo_cli.train.recipe_trainer import RecipeTrainer
 
     quiet_libraries()
     trl_seams.check()  # before anything loads: a TRL without a name grpo relies on stops here, named
     tokenizer = tokenizer or models.load_tokenizer(recipe.model)
-    tools, environment_factory = _tools(recipe, tokenizer, warn)
+    tools, environment_factory = recipe_tools(recipe, tokenizer, warn)
     prepared = data.prepare(recipe.data, tokenizer, seed=recipe.training.seed, tools=tools)
     prepared.check_enough(recipe)  # before the model loads: too few usable rows for one step is refused here
     on_cpu, mixed = _precision_here(recipe)
@@ -89,18 +90,6 @@ def _load_model(recipe: Recipe, on_cpu: bool, mixed: str):
 
         narrow_head_tiles()
     return models.load_model(recipe.model, recipe.quantization, planned_dtype(recipe, mixed))
-
-
-def _tools(recipe: Recipe, tokenizer, warn) -> tuple[list | None, object | None]:
-    """The recipe's tools and environment factory, behind their guards, once the template is known to carry them."""
-    if not recipe.tools and recipe.environment is None:
-        return None, None
-    from grpo_cli.tools.registry import guarded_environment, guarded_tools
-    from grpo_cli.tools.template import check_tool_template
-
-    check_tool_template(tokenizer, recipe.model.name)
-    environment = guarded_environment(recipe.environment, warn) if recipe.environment is not None else None
-    return guarded_tools(recipe.tools), environment
 
 
 def guarded_rewards(recipe: Recipe, warn=print) -> list:

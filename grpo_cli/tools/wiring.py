@@ -1,0 +1,29 @@
+"""A recipe's tools and environment as every command uses them: training, `grpo eval`, `grpo preflight` and the
+plan's prompt lengths all take them from here, so each sees the same guarded functions."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from grpo_cli.recipe.schema import Recipe
+
+
+def prompt_tools(recipe: Recipe) -> list[Callable[..., Any]] | None:
+    """The tools the chat template renders into every prompt (None without tools): prompt lengths count them."""
+    from grpo_cli.tools.registry import guarded_tools
+
+    return guarded_tools(recipe.tools) if recipe.tools else None
+
+
+def recipe_tools(recipe: Recipe, tokenizer, warn: Callable[[str], None] = print):
+    """The recipe's tools and environment factory, each behind its guard, once the model's chat template is known to
+    carry tool calls; (None, None) for a recipe with neither. `warn`: where an environment's warnings go."""
+    if not recipe.tools and recipe.environment is None:
+        return None, None
+    from grpo_cli.tools.registry import guarded_environment, guarded_tools
+    from grpo_cli.tools.template import check_tool_template
+
+    check_tool_template(tokenizer, recipe.model.name)
+    environment = guarded_environment(recipe.environment, warn) if recipe.environment is not None else None
+    return guarded_tools(recipe.tools), environment
