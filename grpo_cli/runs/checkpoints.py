@@ -254,7 +254,7 @@ def _record_changes(recipe: Recipe, checkpoint: Path) -> list[str]:
     if saved is None:
         return []
     now = yaml.safe_load(yaml.safe_dump(_resolved(recipe), sort_keys=False))
-    changes = {key: [before, after] for key, before, after in _differences(saved, now)}
+    changes = {key: [before, after] for key, before, after in _differences(_as_today(saved), now)}
     if not changes:
         return []
     step = checkpoint_step(checkpoint)
@@ -264,6 +264,14 @@ def _record_changes(recipe: Recipe, checkpoint: Path) -> list[str]:
     shown = "; ".join(f"{key}: {_show(b)} -> {_show(a)}" for key, (b, a) in list(changes.items())[:4])
     more = f" and {len(changes) - 4} more" if len(changes) > 4 else ""
     return [f"changed from step {step + 1} on: {shown}{more} (kept in {RECIPE_CHANGES_FILE})"]
+
+
+def _as_today(saved: dict) -> dict:
+    """The saved recipe as this version of grpo writes it: a field added since, at its default, is no change."""
+    try:
+        return yaml.safe_load(yaml.safe_dump(_resolved(Recipe.model_validate(saved)), sort_keys=False))
+    except ValueError:  # a recipe this schema no longer accepts (pydantic's error is one): compared as written
+        return saved
 
 
 def _differences(before, after, prefix: str = ""):
