@@ -152,10 +152,7 @@ def _grpo_leftovers(run_dir: Path) -> list[Path]:
 
 def _remove(paths: list[Path]) -> None:
     for path in paths:
-        if path.is_dir():
-            shutil.rmtree(path)
-        else:
-            path.unlink(missing_ok=True)
+        shutil.rmtree(path) if path.is_dir() else path.unlink(missing_ok=True)
 
 
 def warmup_resumable(run_dir: Path) -> bool:
@@ -246,15 +243,18 @@ def _refuse_shape_change(recipe: Recipe, run_dir: Path) -> None:
 
 
 def _record_changes(recipe: Recipe, checkpoint: Path) -> list[str]:
-    """A resumed run may change settings that do not shape the checkpoint (rewards, sampling, batch rules): the run
-    directory's recipe.yaml then says what runs from now on, and recipe_changes.jsonl keeps each change with the
-    step it took effect at, so the record of the whole run stays true. Returns the note to print, if any."""
+    """A resumed run may change settings that do not shape its checkpoint (rewards, sampling, batches): recipe.yaml
+    then says what runs from now on, recipe_changes.jsonl each change from its step. Returns the note to print."""
     run_dir = checkpoint.parent
     saved = _saved_recipe(run_dir)
     if saved is None:
         return []
     now = yaml.safe_load(yaml.safe_dump(_resolved(recipe), sort_keys=False))
-    changes = {key: [before, after] for key, before, after in _differences(_as_today(saved), now)}
+    try:  # the saved recipe as this grpo writes it: a field added since, at its default, is no change
+        saved = yaml.safe_load(yaml.safe_dump(_resolved(Recipe.model_validate(saved)), sort_keys=False))
+    except ValueError:  # one this schema no longer accepts (pydantic's error is a ValueError): compared as written
+        pass
+    changes = {key: [before, after] for key, before, after in _differences(saved, now)}
     if not changes:
         return []
     step = checkpoint_step(checkpoint)
@@ -264,14 +264,6 @@ def _record_changes(recipe: Recipe, checkpoint: Path) -> list[str]:
     shown = "; ".join(f"{key}: {_show(b)} -> {_show(a)}" for key, (b, a) in list(changes.items())[:4])
     more = f" and {len(changes) - 4} more" if len(changes) > 4 else ""
     return [f"changed from step {step + 1} on: {shown}{more} (kept in {RECIPE_CHANGES_FILE})"]
-
-
-def _as_today(saved: dict) -> dict:
-    """The saved recipe as this version of grpo writes it: a field added since, at its default, is no change."""
-    try:
-        return yaml.safe_load(yaml.safe_dump(_resolved(Recipe.model_validate(saved)), sort_keys=False))
-    except ValueError:  # a recipe this schema no longer accepts (pydantic's error is one): compared as written
-        return saved
 
 
 def _differences(before, after, prefix: str = ""):
@@ -294,8 +286,7 @@ def _show(value) -> str:
 
 
 def write_resolved_recipe(recipe: Recipe, path: Path) -> None:
-    """The recipe with every default and override filled in; name and output_dir are written out so it reloads
-    as the same run from anywhere."""
+    """The recipe with every default and override filled in, name and output_dir too: it reloads as the same run."""
     path.write_text(yaml.safe_dump(_resolved(recipe), sort_keys=False, allow_unicode=True), encoding="utf-8")
 
 
