@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from grpo_cli.errors import UserError
+from grpo_cli.recipe.generated_tasks import generate_task, task_name
 from grpo_cli.recipe.schema import DataSection
 from grpo_cli.recipe.sources import GENERATED, LOCAL_DATA_BUILDERS
 from rewards.answers import gsm8k_gold, normalize_number, to_number
@@ -52,13 +53,16 @@ def generate_problems(count: int, seed: int = 0) -> list[dict[str, str]]:
 def load_rows(
     source: str, config: str | None, split: str, limit: int | None = None, seed: int = 0, key: str = "data.source"
 ):
-    """A `datasets.Dataset` from `generated`, a local file, or the hub (hub failures become one clear line).
+    """A `datasets.Dataset` from `generated`, a `generated:<task>` split, a local file, or the hub (hub failures
+    become one clear line).
 
     `key` is the recipe key the source came from, named in errors (data.source, eval.source, ...)."""
     import datasets
 
     if source == GENERATED:
         return datasets.Dataset.from_list(generate_problems(limit or DEFAULT_GENERATED_ROWS, seed))
+    if task_name(source) is not None:
+        return datasets.Dataset.from_list(generate_task(source, split, limit or DEFAULT_GENERATED_ROWS, seed, key))
     path = Path(source).expanduser()
     if path.is_file():
         builder = LOCAL_DATA_BUILDERS.get(path.suffix)
@@ -226,6 +230,8 @@ def plain_prompts(data: DataSection, seed: int = 0) -> list | None:
         return None
     if data.source == GENERATED:
         rows = generate_problems(data.limit or DEFAULT_GENERATED_ROWS, seed)
+    elif task_name(data.source) is not None:
+        rows = generate_task(data.source, data.split, data.limit or DEFAULT_GENERATED_ROWS, seed)
     else:
         path = Path(data.source).expanduser()
         try:

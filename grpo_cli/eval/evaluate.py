@@ -27,7 +27,7 @@ from grpo_cli.eval.sampler import sampling_of
 from grpo_cli.eval.scoring import FILTERS, score, summarize
 from grpo_cli.eval.store import PredictionStore, previous_session
 from grpo_cli.eval.targets import Target
-from grpo_cli.eval.task import TaskScorer, task_problems, task_settings
+from grpo_cli.eval.task import TaskScorer, task_problems, task_settings, task_source
 from grpo_cli.recipe.eval_section import EvalSection
 from grpo_cli.recipe.schema import Recipe
 from grpo_cli.runs.layout import SUMMARY_FILE
@@ -144,7 +144,12 @@ def evaluate(recipe: Recipe, target: Target, output: Path, display=None, engine:
         "adapter": target.adapter,
         "protocol": ev.protocol,
         "max_new_tokens": max_new_tokens(ev),
-        "data": {"source": ev.source, "split": ev.split, "limit": ev.limit, "unscorable": unscorable},
+        "data": {
+            "source": task_source(recipe)[0] if ev.protocol == "task" else ev.source,
+            "split": ev.split,
+            "limit": ev.limit,
+            "unscorable": unscorable,
+        },
         **(
             summarize_sampled(scored, sampling, ev.protocol, names, wall, len(todo), new_tokens, max_new_tokens(ev))
             if sampling

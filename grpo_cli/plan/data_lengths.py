@@ -16,6 +16,7 @@ from pathlib import Path
 
 from grpo_cli.errors import UserError
 from grpo_cli.plan.light_tokenizer import folder_identity
+from grpo_cli.recipe.generated_tasks import task_name
 from grpo_cli.recipe.schema import Recipe
 from grpo_cli.recipe.sources import GENERATED, model_location
 
@@ -32,7 +33,8 @@ def read_data_lengths(recipe: Recipe) -> tuple[DataLengths | None, str]:
     data = recipe.data
     if recipe.environment is not None:
         return None, "the environment's reset() may rewrite each prompt, so the plan stays at the recipe's limits"
-    if data.source != GENERATED and not Path(data.source).expanduser().is_file():
+    generated = data.source == GENERATED or task_name(data.source) is not None
+    if not generated and not Path(data.source).expanduser().is_file():
         return None, f"data.source `{data.source}` is not a local file: planned at the recipe's limits"
     key = _cache_key(recipe)
     cached = _cache_file(key)

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from grpo_cli.errors import UserError
+from grpo_cli.recipe.generated_tasks import SPLITS, task_name, unknown_task
 from grpo_cli.recipe.schema import Recipe
 from grpo_cli.recipe.sources import LOCAL_DATA_SUFFIXES, looks_like_path, model_location
 from grpo_cli.recipe.yaml_source import KeyPath
@@ -39,6 +40,27 @@ def path_problems(data: dict[str, Any], reads: frozenset[str]) -> list[tuple[Key
         source = _string_at(data, *key)
         if source and what in reads:
             out += [(key, problem) for problem in _data_source_problems(data, key, source)]
+            out += _generated_task_problems(data, key, source)
+    return out
+
+
+def _generated_task_problems(data: dict[str, Any], key: KeyPath, source: str) -> list[tuple[KeyPath, str]]:
+    """A `generated:<task>` source must name a task, one of its splits, and be read as the plain words it answers."""
+    if task_name(source) is None or key == ("eval", "fewshot_source"):
+        return []
+    unknown = unknown_task(source)
+    if unknown:
+        return [(key, unknown)]
+    section = data.get(key[0]) if isinstance(data.get(key[0]), dict) else {}
+    split = section.get("split", "train" if key[0] == "data" else "test")
+    out = []
+    if split not in SPLITS:
+        out.append(((key[0], "split"), f"{source} has the splits {' and '.join(SPLITS)}, not {split!r}"))
+    words = f"{source} answers in words, not GSM8K numbers"
+    if key[0] == "eval" and section.get("protocol", "chat") != "task":
+        out.append((("eval", "protocol"), f"{words}: GSM8K's filters cannot score it; set eval.protocol: task"))
+    if key[0] == "data" and section.get("answer_format", "gsm8k") != "plain":
+        out.append((("data", "answer_format"), f"{words}: set data.answer_format: plain"))
     return out
 
 

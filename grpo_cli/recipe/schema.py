@@ -117,8 +117,8 @@ class QuantizationSection(Section):
 class DataSection(Section):
     source: str = Field(
         "openai/gsm8k",
-        description="Hub dataset name, a local .jsonl/.json/.parquet/.csv file, or `generated` "
-        "(seeded GSM8K-format arithmetic problems, works offline).",
+        description="Hub dataset name, a local .jsonl/.json/.parquet/.csv file, `generated` (seeded GSM8K-format "
+        "arithmetic problems, offline) or `generated:parity` (seeded yes/no questions, test split held out).",
     )
     config: str | None = Field(None, description="Hub dataset configuration (GSM8K: main).")
     split: str = "train"
