@@ -134,3 +134,24 @@ def test_human_output_names_the_three_answers(tmp_path, tiny_llama):
         "timing training step 2/2 at full length (tracking live tensors",
     ):
         assert phase in result.stderr, result.stderr
+
+
+def test_validation_while_training_is_timed_and_its_passes_counted(tmp_path, tiny_llama):
+    """A recipe that validates: one batch of the held-out slice is timed and the passes are counted (before the
+    first step, every 2nd, after the last: 4 for 5 steps)."""
+    recipe = write_recipe(
+        tmp_path,
+        tiny_llama,
+        data={"source": "generated:parity", "answer_format": "plain", "limit": 32, "system_prompt": None},
+        rewards=[{"name": "normalized_match"}],
+        training={"max_steps": 5},
+        validation={"every_steps": 2, "limit": 6, "batch_size": 4, "max_new_tokens": 4},
+        eval={"protocol": "task"},
+    )
+    result = CliRunner().invoke(app, ["preflight", str(recipe), "--json", "--prompts", "2"])
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.stdout)
+    v = data["validation"]
+    assert v["problems"] == 6 and v["timed_problems"] == 4 and v["passes"] == 4
+    assert v["pass_s"] > 0 and v["eta_s"] == pytest.approx(4 * v["pass_s"], rel=1e-3)
+    assert "timing validation: one batch of 4 held-out problems" in result.stderr

@@ -50,7 +50,7 @@ def _validation_note(recipe) -> list[str]:
     budget = v.max_new_tokens or recipe.eval.max_new_tokens
     batch = min(v.batch_size or recipe.eval.batch_size, v.limit)
     steps = recipe.training.max_steps
-    count = 1 + steps // v.every_steps + (steps % v.every_steps > 0)  # step 0, every K-th, the last
+    count = v.passes(steps)
     times = f"{count} times over {steps} steps" if steps > 0 else f"every {v.every_steps} steps"
     note = (
         f"validation: {v.limit} held-out problems greedily, {times} (also before the first step and after the "

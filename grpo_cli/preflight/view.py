@@ -54,6 +54,15 @@ def preflight_json(result: Preflight) -> dict[str, Any]:
         "advice": [{"reason": a.reason, "overrides": override_args(a.changes)} for a in result.advice],
         "seconds": round(result.seconds, 1),
         "warmup": _warmup_json(result),
+        "validation": None
+        if result.validation is None
+        else {
+            "problems": result.validation.problems,
+            "timed_problems": result.validation.timed,
+            "pass_s": round(result.validation.pass_s, 3),
+            "passes": result.validation.passes,
+            "eta_s": round(result.validation.eta_s, 3),
+        },
     }
 
 
@@ -114,6 +123,14 @@ def print_preflight(console, result: Preflight, command: str) -> None:
         )
         for line in warmup_lines(result.verdict):
             console.print(f"     {line}", soft_wrap=True, highlight=False)
+    if result.validation is not None:
+        v = result.validation
+        console.print(
+            f"     validation between them: {v.passes} passes over {v.problems} held-out problems, about "
+            f"{_duration(v.pass_s)} each (one batch of {v.timed} timed on the untrained model), about "
+            f"{_duration(v.eta_s)} in all",
+            soft_wrap=True,
+        )
     console.print(
         f"[bold]signal[/] {s.prompts} prompts x {result.recipe.grpo.num_generations} completions: "
         f"{s.zero_variance_share:.0%} of groups without reward variance, {s.truncated_share:.0%} cut at the "

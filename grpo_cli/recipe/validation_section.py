@@ -23,3 +23,8 @@ class ValidationSection(Section):
     max_new_tokens: int | None = Field(
         None, ge=1, description="Generation budget per problem; default eval.max_new_tokens (or its protocol default)."
     )
+
+    def passes(self, total_steps: int) -> int:
+        """How often a run of `total_steps` optimizer steps validates: before the first step, at every K-th, and
+        after the last one (once when it is a K-th)."""
+        return 1 + total_steps // self.every_steps + (total_steps % self.every_steps > 0)

@@ -1,0 +1,49 @@
+"""Validation while training in `grpo preflight`: one batch of the held-out slice generated and scored as training
+will do it, on the model as it starts, timed, so the ETA counts what validation adds (the plan says how often it runs,
+plan/view.py; training prints its time apart from the step times)."""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass
+
+from grpo_cli.recipe.schema import Recipe
+
+
+@dataclass
+class ValidationTiming:
+    problems: int  # in the slice
+    timed: int  # problems in the one batch that was timed
+    batch_s: float
+    passes: int  # over the whole run: before the first step, every K-th, after the last
+
+    @property
+    def pass_s(self) -> float:
+        return self.batch_s * math.ceil(self.problems / max(1, self.timed))
+
+    @property
+    def eta_s(self) -> float:
+        return self.passes * self.pass_s
+
+
+def time_validation(recipe: Recipe, total_steps: int, show=lambda text, new_phase=False: None) -> ValidationTiming:
+    """Time the slice's first batch (the untrained model's lengths; training can make answers shorter or longer)."""
+    import torch
+
+    from grpo_cli import models
+    from grpo_cli.eval.training_validation import held_out_validation
+
+    validation = held_out_validation(recipe, warn=lambda line: None)  # the run itself warns about overlap
+    problems = len(validation.problems)
+    validation.problems = validation.problems[: validation.batch_size]
+    show(f"timing validation: one batch of {len(validation.problems)} held-out problems", new_phase=True)
+    tokenizer = models.load_tokenizer(recipe.model)
+    model = models.load_model(recipe.model, recipe.quantization)
+    if torch.cuda.is_available() and model.device.type == "cpu":
+        model = model.to("cuda")
+    started = time.perf_counter()
+    validation(model, tokenizer)
+    seconds = time.perf_counter() - started
+    del model
+    return ValidationTiming(problems, len(validation.problems), seconds, recipe.validation.passes(total_steps))
