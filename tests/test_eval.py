@@ -267,7 +267,14 @@ def test_eval_user_mistakes(tmp_path, tiny_llama):
         and "data.source" not in offline.output.replace("eval.source", "")
     )
     assert not (tmp_path / "offline").exists()
-    for result in (nothing, not_run, bad_limit, bad_protocol, offline):
+    two_runs = eval_cli("--run", str(tmp_path), "--checkpoints", str(tmp_path))
+    assert two_runs.exit_code == 2 and "give one of --run, --compare and --checkpoints" in two_runs.output
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / "recipe.yaml").write_text("{}")
+    (tmp_path / "run" / "checkpoint-3").mkdir()
+    one_checkpoint = eval_cli("--checkpoints", str(tmp_path / "run" / "checkpoint-3"))
+    assert one_checkpoint.exit_code == 2 and "not one checkpoint" in one_checkpoint.output
+    for result in (nothing, not_run, bad_limit, bad_protocol, offline, two_runs, one_checkpoint):
         assert "Traceback" not in result.output
 
 

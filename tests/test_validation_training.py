@@ -5,6 +5,7 @@ and a user's mistakes refused in one line before anything is written."""
 from __future__ import annotations
 
 import json
+import shutil
 
 import pytest
 import torch
@@ -32,7 +33,7 @@ def always_right(tmp_path) -> str:
 
 
 @pytest.mark.slow
-def test_task_validation_every_step_is_logged_scored_like_grpo_eval_drawn_and_its_best_step_named(tmp_path, tiny_llama):
+def test_task_validation_logged_scored_like_grpo_eval_drawn_best_named_and_redrawn_by_checkpoints(tmp_path, tiny_llama):
     verifier = always_right(tmp_path)
     rewards = [
         {"name": "correctness"},  # a verifier by default
@@ -67,6 +68,24 @@ def test_task_validation_every_step_is_logged_scored_like_grpo_eval_drawn_and_it
         assert last[f"val/{name}/correct"] == figures["correct"], name
     assert last["val/format_rate"] == summary["format_rate"]
     assert last["val/mean_new_tokens"] == round(summary["mean_new_tokens"], 2)
+
+    # Afterwards, `grpo eval --checkpoints` gives the same curve: the base at step 0, then every checkpoint
+    # (checkpoint-2 is the final model's step, so the final model adds no point).
+    curve_args = [*args[:1], "--checkpoints", str(run_dir), *args[3:], "--engine", "transformers"]
+    curve_out = tmp_path / "curve"
+    drawn_curve = runner.invoke(app, [*curve_args, "--output", str(curve_out), "--json"])
+    assert drawn_curve.exit_code == 0, drawn_curve.output
+    curve = json.loads(drawn_curve.stdout)["curve"]
+    assert [(row["step"], row["model"]) for row in curve] == [(0, "base"), (1, "checkpoint-1"), (2, "checkpoint-2")]
+    for row, validation in zip(curve, validations):
+        assert row["correctness"]["accuracy"] == validation["val/correctness/accuracy"], row["step"]
+    assert [json.loads(line) for line in (curve_out / "curve.jsonl").read_text().splitlines()] == curve
+    assert (curve_out / "curve.png").stat().st_size > 0
+    # A checkpoint deleted since (save_total_limit) keeps the point evaluated before.
+    shutil.rmtree(run_dir / "checkpoint-1")
+    again = runner.invoke(app, [*curve_args, "--output", str(curve_out), "--json"])
+    assert again.exit_code == 0, again.output
+    assert json.loads(again.stdout)["curve"] == curve
 
     # the console and the model card name the best step; the report draws the curve beside the reward
     named = "validation on 4 held-out problems, 3 times: correctness best "

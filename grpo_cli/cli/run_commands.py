@@ -19,6 +19,22 @@ SamplesOption = Annotated[
 TemperatureOption = Annotated[
     float | None, typer.Option("--temperature", help="Sample at this temperature (default: greedy).")
 ]
+CheckpointsOption = Annotated[
+    Path | None,
+    typer.Option("--checkpoints", help="Evaluate the base, every checkpoint and the final model of this run: a curve."),
+]
+BaseOption = Annotated[
+    Path | None,
+    typer.Option(
+        "--base", help="With --compare or --checkpoints: reuse (and continue) this base evaluation; same settings."
+    ),
+]
+EngineOption = Annotated[
+    str,
+    typer.Option(
+        "--engine", help="Generation engine: auto (vLLM when it is installed and can run), vllm or transformers."
+    ),
+]
 
 
 @app.command(
@@ -31,6 +47,7 @@ TemperatureOption = Annotated[
         "grpo eval --model HuggingFaceTB/SmolLM2-135M-Instruct --protocol lm-eval --data gsm8k/test.jsonl",
         "grpo eval recipes/qwen2.5/0.5b_lora.yaml --engine transformers|without vLLM although it is installed",
         "grpo eval --compare runs/my --samples 8 --temperature 0.7|mean@8, pass@8 and maj@8, paired",
+        "grpo eval --checkpoints runs/my --limit 300|accuracy at every checkpoint: curve.jsonl and curve.png",
     ),
 )
 def evaluate(
@@ -45,12 +62,8 @@ def evaluate(
     compare_run: Annotated[
         Path | None, typer.Option("--compare", help="Evaluate base and trained of this run (or RUN/checkpoint-N).")
     ] = None,
-    base_dir: Annotated[
-        Path | None,
-        typer.Option(
-            "--base", help="With --compare: reuse (and continue) this base evaluation; its settings must match."
-        ),
-    ] = None,
+    checkpoints_run: CheckpointsOption = None,
+    base_dir: BaseOption = None,
     model: Annotated[str | None, typer.Option("--model", help="Model hub id, directory or .gguf file.")] = None,
     adapter: Annotated[
         Path | None, typer.Option("--adapter", help="LoRA adapter directory on top of the model.")
@@ -71,12 +84,7 @@ def evaluate(
     top_p: Annotated[float | None, typer.Option("--top-p", help="Nucleus sampling mass (default 1.0).")] = None,
     seed: Annotated[int | None, typer.Option("--seed", help="Seed of the sampled completions (default 0).")] = None,
     output: Annotated[Path | None, typer.Option("--output", help="Results directory (rerun it to continue).")] = None,
-    engine: Annotated[
-        str,
-        typer.Option(
-            "--engine", help="Generation engine: auto (vLLM when it is installed and can run), vllm or transformers."
-        ),
-    ] = "auto",
+    engine: EngineOption = "auto",
     as_json: Annotated[bool, typer.Option("--json", help="Print the summary as JSON.")] = False,
 ) -> None:
     """GSM8K held-out accuracy of a base model or a trained run, with intervals; resumable; greedy or sampled."""
@@ -103,6 +111,7 @@ def evaluate(
     request = EvalRequest(
         recipe, overrides, run, compare_run, base_dir, model, adapter, options, output, engine, own_process(ctx)
     )
+    request.checkpoints_run = checkpoints_run
     console = Console(stderr=as_json)
     with user_errors(as_json):
         outcome = run_eval(request, EvalDisplay(console))

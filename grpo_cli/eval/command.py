@@ -33,12 +33,14 @@ class EvalRequest:
     output: Path | None = None
     engine: str = "auto"  # --engine: auto, vllm or transformers (grpo_cli/eval/engines.py)
     own_process: bool = False  # the console script's process (cli/parts.py own_process)
+    checkpoints_run: Path | None = None  # --checkpoints: base, every checkpoint and the final model of this run
 
 
 @dataclass
 class EvalOutcome:
     results: list[ev.EvalResult]
     comparison: dict[str, Any] | None
+    curve: list[dict[str, Any]] | None = None  # --checkpoints: a row a step (eval/checkpoint_curve.py)
 
 
 def run_eval(request: EvalRequest, display=None) -> EvalOutcome:
@@ -51,8 +53,17 @@ def run_eval(request: EvalRequest, display=None) -> EvalOutcome:
         recipe.model.name,
         str(request.adapter) if request.adapter else None,
     )
-    run_dir = request.compare_run or request.run
-    if request.compare_run is not None:
+    run_dir = request.compare_run or request.run or request.checkpoints_run
+    if request.checkpoints_run is not None:
+        from grpo_cli.eval.checkpoint_curve import evaluate_checkpoints
+
+        default = default_output(recipe.eval, base, request.checkpoints_run)
+        root = request.output or default.with_name(f"{default.name}-checkpoints")
+        results, curve = evaluate_checkpoints(
+            recipe, request.checkpoints_run, root, display, request.engine, request.base_dir
+        )
+        outcome = EvalOutcome(results, None, curve)
+    elif request.compare_run is not None:
         root = request.output or default_output(recipe.eval, base, request.compare_run)
         base_out, trained_out = request.base_dir or root / "base", root / "trained"
         refuse_foreign(root, {"base", "trained", COMPARISON_FILE}, "grpo eval --compare")
@@ -84,19 +95,21 @@ def _load(request: EvalRequest) -> Recipe:
     from grpo_cli.models import is_lora_adapter
     from grpo_cli.recipe.validation import load_recipe
 
-    run_dir = request.compare_run or request.run
+    run_dir = request.compare_run or request.run or request.checkpoints_run
     options = {"model.name": request.model, **request.options}
     check_engine(request.engine)
-    if request.run and request.compare_run:
-        raise UserError("give --run or --compare, not both (--compare evaluates the run too)")
+    if sum(d is not None for d in (request.run, request.compare_run, request.checkpoints_run)) > 1:
+        raise UserError("give one of --run, --compare and --checkpoints (each evaluates the run's final model)")
+    if request.checkpoints_run is not None and is_checkpoint(request.checkpoints_run):
+        raise UserError(f"--checkpoints takes the run directory, not one checkpoint: {request.checkpoints_run.parent}")
     if request.recipe is None and run_dir is None and request.model is None:
         raise UserError("nothing to evaluate: give a recipe, --run RUN_DIR, --compare RUN_DIR or --model NAME")
     if request.adapter is not None and run_dir is not None:
         raise UserError("--adapter evaluates a given adapter; --run/--compare take the run's own")
     if request.adapter is not None and not is_lora_adapter(request.adapter):
         raise UserError(f"{request.adapter} is not a LoRA adapter directory (no adapter_config.json)")
-    if request.base_dir is not None and request.compare_run is None:
-        raise UserError("--base names the base evaluation that --compare reuses; give --compare RUN_DIR too")
+    if request.base_dir is not None and request.compare_run is None and request.checkpoints_run is None:
+        raise UserError("--base names the base evaluation to reuse; give --compare or --checkpoints RUN_DIR too")
     if request.base_dir is not None and not (request.base_dir / SETTINGS_FILE).is_file():
         raise UserError(
             f"{request.base_dir} holds no evaluation (no {SETTINGS_FILE}); run the base once with --output "

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from pathlib import Path
 from typing import Any
 
@@ -17,11 +18,13 @@ from grpo_cli.runs.layout import PREDICTIONS_FILE, SETTINGS_FILE, SUMMARY_FILE
 OWN_FILES = {PREDICTIONS_FILE, SUMMARY_FILE, SETTINGS_FILE}
 
 
-def refuse_foreign(directory: Path, own: set[str], what: str) -> None:
-    """Refuse a directory that holds anything `grpo eval` would not have written there."""
+def refuse_foreign(directory: Path, own: set[str], what: str, own_pattern: re.Pattern | None = None) -> None:
+    """Refuse a directory that holds anything `grpo eval` would not have written there: names other than `own`
+    (and than those `own_pattern` matches)."""
     if directory.exists() and not directory.is_dir():
         raise UserError(f"{directory} is a file, not a directory; choose another --output")
-    foreign = sorted(p.name for p in directory.iterdir() if p.name not in own) if directory.is_dir() else []
+    names = [p.name for p in directory.iterdir()] if directory.is_dir() else []
+    foreign = sorted(n for n in names if n not in own and not (own_pattern and own_pattern.fullmatch(n)))
     if foreign:
         raise UserError(
             f"{directory} holds files {what} did not write ({', '.join(foreign[:3])}); nothing was "

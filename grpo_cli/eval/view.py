@@ -175,6 +175,7 @@ def outcome_json(outcome) -> dict[str, Any]:
     return {
         "results": [r.summary for r in outcome.results],
         **({"comparison": outcome.comparison} if outcome.comparison else {}),
+        **({"curve": outcome.curve} if outcome.curve else {}),
     }
 
 
@@ -185,3 +186,22 @@ def print_outcome(console: Console, outcome) -> None:
         console.print(f"per-problem results: {result.output / PREDICTIONS_FILE}", highlight=False)
     if outcome.comparison:
         console.print(comparison_table(outcome.comparison))
+    if outcome.curve:
+        console.print(curve_table(outcome.curve))
+        console.print(f"curve: {outcome.results[-1].output.parent / 'curve.jsonl'} and curve.png", highlight=False)
+
+
+def curve_table(curve: list[dict[str, Any]]) -> Table:
+    """A row a step: each filter's (or verifier's) accuracy with its 95% interval."""
+    names = [k for k, v in curve[0].items() if isinstance(v, dict)]
+    table = Table(title=f"accuracy by step ({curve[0]['problems']} problems)", box=None, pad_edge=False)
+    for column in ("step", "model", *names):
+        table.add_column(column, justify="left" if column == "model" else "right")
+    for row in curve:
+        cells = []
+        for name in names:
+            low, high = row[name]["ci95"] or (None, None)
+            interval = f" [{low:.3f}, {high:.3f}]" if low is not None else ""
+            cells.append(f"{row[name]['accuracy']:.3f}{interval}")
+        table.add_row(str(row["step"]), row["model"], *cells)
+    return table
