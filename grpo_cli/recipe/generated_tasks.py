@@ -28,8 +28,8 @@ def _parity_row(problem: tuple[int]) -> dict[str, str]:
 
 
 # name -> (the task's problem space, a problem -> its row, what it is in one line). A yes/no question because the
-# demo model answers those bare, as a string verifier needs; lists, words and letters it answers in sentences
-# (benchmarks/string_task_probe.txt).
+# demo model answers those bare, as a string verifier needs; a sorted list, the next letter and a last digit it
+# answers in sentences (benchmarks/string_task_probe.txt).
 TASKS: dict[str, tuple[Callable[[], list], Callable[..., dict[str, str]], str]] = {
     "parity": (
         _parity_space,
