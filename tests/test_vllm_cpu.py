@@ -109,6 +109,16 @@ def test_the_cpu_engine_runs_eagerly_in_the_recipes_dtype_not_the_checkpoints(tm
 
 
 @pytest.mark.vllm
+def test_preflight_times_full_length_steps_with_vllm_generating(tmp_path, vllm_model):
+    """Preflight forces every completion to the budget; vLLM's SamplingParams calls that floor `min_tokens`."""
+    pytest.importorskip("vllm")
+    result = runner.invoke(app, ["preflight", str(vllm_recipe(tmp_path, vllm_model)), "--json", "--prompts", "2"])
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.stdout)
+    assert data["generation_s"] > 0 and data["training_s"] > 0 and data["measured_peak_gib"] > 0
+
+
+@pytest.mark.vllm
 def test_train_generates_with_vllm_on_the_cpu(tmp_path, vllm_model):
     """Two real steps with vLLM generating: the run finishes, the loss is finite, the adapter moved."""
     pytest.importorskip("vllm")

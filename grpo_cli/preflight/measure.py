@@ -2,9 +2,9 @@
 
 On CUDA the truth is `torch.cuda.max_memory_allocated()`; on CPU it is the peak of live tensor storage bytes,
 counted by `LiveTensorBytes` (torch's MemTracker does the same but cannot track frozen LoRA base weights: it
-installs gradient hooks on every parameter). Completions are forced to their full length
-(`min_new_tokens`) and every prompt has the same length, so the sequence length the plan assumes is the
-one that ran.
+installs gradient hooks on every parameter). Completions are forced to their full length (`min_new_tokens`, or
+`min_tokens` on vLLM) and every prompt has the same length, so the sequence length the plan assumes is the one that
+ran.
 """
 
 from __future__ import annotations
@@ -51,7 +51,10 @@ def calibration_recipe(recipe: Recipe, tokenizer, work: Path) -> Recipe:
     update["warmup"] = None  # GRPO's steps only: the warm-up is timed on its own (warmup_steps.py)
     update["trl"] = {
         **update.get("trl", {}),
-        "generation_kwargs": {"min_new_tokens": recipe.grpo.max_completion_length},
+        # transformers' `generate` and vLLM's SamplingParams name the same floor differently
+        "generation_kwargs": {
+            ("min_tokens" if recipe.grpo.use_vllm else "min_new_tokens"): recipe.grpo.max_completion_length
+        },
     }
     return Recipe.model_validate(update)
 
