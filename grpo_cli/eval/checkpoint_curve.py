@@ -67,13 +67,14 @@ def evaluate_checkpoints(
                 curve[row["step"]] = row
     points = [curve[step] for step in sorted(curve)]
     (output / CURVE_FILE).write_text("".join(json.dumps(row) + "\n" for row in points), encoding="utf-8")
-    plot_curve(points, output / CURVE_PLOT, f"{run_dir.name}: {recipe.eval.protocol} on {ev_label(recipe)}")
+    plot_curve(points, output / CURVE_PLOT, f"{run_dir.name}: {recipe.eval.protocol} on {_data_label(recipe)}")
     return results, points
 
 
-def ev_label(recipe: Recipe) -> str:
-    ev_section = recipe.eval
-    return f"{ev_section.source} ({ev_section.split})" + (f", first {ev_section.limit}" if ev_section.limit else "")
+def _data_label(recipe: Recipe) -> str:
+    """What was evaluated, for the plot's title: `generated:parity (test), first 400`."""
+    data = recipe.eval
+    return f"{data.source} ({data.split})" + (f", first {data.limit}" if data.limit else "")
 
 
 def curve_row(step: int, name: str, summary: dict[str, Any]) -> dict[str, Any]:
