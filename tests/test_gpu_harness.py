@@ -85,3 +85,37 @@ def test_a_child_that_outlives_its_timeout_is_reported_not_raised(tmp_path):
     assert done.returncode == 124
     assert "out" in done.stdout and "err" in done.stderr and "[timed out]" in done.stderr
     assert "[slow] exit 124" in (tmp_path / "log.txt").read_text()
+
+
+def test_peak_owners_replay_finds_each_phase_peak_and_its_live_blocks():
+    """benchmarks/gpu/peak_owners.py reads torch's allocator trace (CUDA only): a written trace stands in for it."""
+    from peak_owners import replay
+
+    def frames(*names):
+        return [{"filename": f"/x/{name}.py", "line": 1, "name": name} for name in names]
+
+    def alloc(addr, size, *names):
+        return {"action": "alloc", "addr": addr, "size": size, "frames": frames(*names)}
+
+    def free(addr, size):
+        return {"action": "free_requested", "addr": addr, "size": size}
+
+    trace = [
+        alloc(1, 512, "_phase_marker"),  # training starts
+        alloc(2, 1000, "forward"),
+        alloc(3, 3000, "head"),
+        free(3, 3000),
+        free(99, 500),  # a block from before recording
+        alloc(4, 512, "_phase_marker"),  # optimizer starts
+        alloc(5, 800, "step"),
+        free(2, 1000),
+    ]
+    found = replay(trace, ["training", "optimizer"])
+    assert found["training"]["delta"] == 512 + 1000 + 3000
+    assert set(found["training"]["groups"]) == {
+        "_phase_marker.py:1 _phase_marker",
+        "forward.py:1 forward",
+        "head.py:1 head",
+    }
+    assert found["optimizer"]["delta"] == 512 + 1000 - 500 + 512 + 800
+    assert found["optimizer"]["groups"]["step.py:1 step"] == [800, 1]
