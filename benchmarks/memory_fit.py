@@ -19,7 +19,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 # Imported after the path insert above: memory.py is a sibling script, not a package module.
-from memory import ARCHS, CPU_MATRIX, TINY_MATRIX, recipe_dict  # noqa: E402
+from memory import ARCHS, CPU_MATRIX, CUDA_MATRIX, TINY_MATRIX, recipe_dict  # noqa: E402
 
 import grpo_cli.plan.memory as model  # noqa: E402
 
@@ -35,8 +35,9 @@ FITTED = {
 }
 
 
-def cases(directory: Path) -> list[tuple[str, object, object, float]]:
-    """(name, recipe as it ran, architecture, measured bytes) for every CPU row of the calibration CSV."""
+def cases(directory: Path) -> list[tuple[str, object, object, float, str]]:
+    """(name, recipe as it ran, architecture, measured bytes, device) for every row of the calibration CSV: CPU rows
+    (live tensors) and CUDA rows from a lent GPU (the allocator's peak)."""
     from transformers import AutoConfig
 
     from grpo_cli.plan import architectures
@@ -47,37 +48,38 @@ def cases(directory: Path) -> list[tuple[str, object, object, float]]:
         for line in (ROOT / "benchmarks" / "memory_calibration.csv").read_text().splitlines()
         if not line.startswith("#")
     ]
-    matrix = {**CPU_MATRIX, **TINY_MATRIX}
+    matrices = {"cpu": {**CPU_MATRIX, **TINY_MATRIX}, "cuda": CUDA_MATRIX}
     out = []
     for row in csv.DictReader(lines):
-        if row["device"] != "cpu" or row["config"] not in matrix:
+        cfg = matrices.get(row["device"], {}).get(row["config"])
+        if cfg is None:
             continue
-        cfg = matrix[row["config"]]
         folder = directory / cfg["arch"]
         if not folder.is_dir():
             AutoConfig.for_model(**ARCHS[cfg["arch"]]).save_pretrained(folder)
         raw = recipe_dict(folder, cfg)
         raw["data"]["max_prompt_length"] = int(row["prompt"])
         recipe = Recipe.model_validate(raw)
-        out.append((row["config"], recipe, architectures.resolve(recipe), float(row["measured_gib"]) * 2**30))
+        measured = float(row["measured_gib"]) * 2**30
+        out.append((row["config"], recipe, architectures.resolve(recipe), measured, row["device"]))
     return out + real_model_cases(directory)
 
 
-def real_model_cases(directory: Path) -> list[tuple[str, object, object, float]]:
+def real_model_cases(directory: Path) -> list[tuple[str, object, object, float, str]]:
     """The newest live-tensor peak of each configuration of benchmarks/cpu_memory.py (grpo's allocator): the demo's
     SmolLM2-135M and Qwen2.5-Coder-0.5B as users run them, float32 weights under bf16 autocast where the CPU has it."""
     from cpu_memory import latest_tool_rows, recipe_as_ran
 
     return [
-        (config, *recipe_as_ran(config, directory), float(row["live_peak"]))
+        (config, *recipe_as_ran(config, directory), float(row["live_peak"]), "cpu")
         for config, row in latest_tool_rows(CPU_MEMORY_ROWS).items()
     ]
 
 
 def errors(rows) -> list[float]:
     return [
-        100 * (model.memory_plan(recipe, arch, "cpu").peak_tensors - measured) / measured
-        for _, recipe, arch, measured in rows
+        100 * (model.memory_plan(recipe, arch, device).peak_tensors - measured) / measured
+        for _, recipe, arch, measured, device in rows
     ]
 
 
@@ -121,7 +123,7 @@ def rss_fit(rows) -> None:
     rss = {config: row["rss_peak"] / 2**30 for config, row in latest_tool_rows(CPU_MEMORY_ROWS).items()}
     planned = {
         name: model.memory_plan(recipe, arch, "cpu").peak_tensors / 2**30
-        for name, recipe, arch, _ in rows
+        for name, recipe, arch, _, _ in rows
         if name in rss
     }
     for name, tensors, measured in plan_for_data_rows():

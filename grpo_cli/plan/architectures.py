@@ -50,6 +50,15 @@ class Architecture:
             ("down_proj", f, h),
         ]
 
+    def linear_inputs(self, target_modules: list[str]) -> int:
+        """Input elements per token of the Linear layers LoRA adapts (each adapter keeps its own copy)."""
+        return sum(i for n, i, _ in self.linear_shapes() if target_modules == ["all-linear"] or n in target_modules)
+
+    @property
+    def distinct_linear_inputs(self) -> int:
+        """Input elements per token of one layer's distinct Linear inputs: q/k/v share one, gate/up another."""
+        return sum(i for n, i, _ in self.linear_shapes() if n in ("q_proj", "o_proj", "gate_proj", "down_proj"))
+
     @property
     def linear_params(self) -> int:
         """Parameters in decoder Linear layers: what QLoRA quantises (embeddings and lm_head stay in dtype)."""

@@ -227,18 +227,19 @@ def _training_terms(recipe: Recipe, arch: Architecture, device: str, w: int, B: 
     trainable, param_bytes = trainable_params(recipe, arch), bytes_per_trainable(recipe, w)
     terms: list[Term] = []
     T = B * S
-    lora = recipe.lora
+    lora, mixed = recipe.lora, mixed_precision_on(recipe, device)
     per_token_layer = (ACT_HIDDEN * h + ACT_FFN * f + ACT_KV * arch.kv_dim) * w + ACT_HIDDEN_FP32 * h * 4
     if lora is not None:
         # PEFT casts each adapted Linear's input to the adapter dtype (float32 on a bf16/fp16 base) and autograd
         # keeps that copy for lora_A's backward; with dropout > 0 the dropped-out input is kept as well. Under
         # autocast lora_A casts it back, and the copy kept is the autocast dtype's (2 B; measured with saved-tensor
         # hooks on a PEFT Linear: 2.0 B per input element under bf16 autocast, 4.0 without).
-        inputs = sum(
-            i for n, i, _ in arch.linear_shapes() if lora.target_modules == ["all-linear"] or n in lora.target_modules
-        )
         copies = (1 if param_bytes != w else 0) + (1 if lora.dropout > 0 else 0)
-        per_token_layer += copies * inputs * (2 if mixed_precision_on(recipe, device) != "no" else param_bytes)
+        per_token_layer += copies * arch.linear_inputs(lora.target_modules) * (2 if mixed != "no" else param_bytes)
+    else:
+        # A trainable Linear keeps its input for its weight gradient, a frozen one does not (the allocator trace of
+        # an H100 full fine-tuning step, benchmarks/gpu/h100-2026-11-26-owners/); under autocast the copy is 2 B.
+        per_token_layer += arch.distinct_linear_inputs * (2 if mixed != "no" else w)
     if recipe.model.gradient_checkpointing:
         activations = T * L * h * w
         act_formula = f"T {T} tokens x L {L} x h {h} x {w} B layer-input checkpoints"
@@ -256,7 +257,6 @@ def _training_terms(recipe: Recipe, arch: Architecture, device: str, w: int, B: 
         activations = T * L * per_token_layer
         act_formula = f"T {T} tokens x L {L} x {per_token_layer / 1e3:.1f} KB/token (no checkpointing)"
     terms.append(Term("activations", activations, "training", act_formula))
-    mixed = mixed_precision_on(recipe, device)
     if lora is None and w == 4 and mixed != "no":
         # Autocast caches its low-precision copy of each trainable float32 weight for the forward, and autograd
         # keeps it for the backward (torch autocast's weight cache): 2 B/param until the backward ends.
