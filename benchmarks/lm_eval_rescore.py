@@ -21,7 +21,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from grpo_cli.eval.stats import paired_difference, wilson_interval  # noqa: E402
-from rewards.answers import LM_EVAL_FLEXIBLE, LM_EVAL_STRICT, lm_eval_exact_match, regex_filter  # noqa: E402
+from rewards.gsm8k_task import LM_EVAL_FLEXIBLE, LM_EVAL_STRICT, lm_eval_exact_match, regex_filter  # noqa: E402
 
 FILTERS = {
     "strict-match": lambda text: regex_filter(text, LM_EVAL_STRICT),

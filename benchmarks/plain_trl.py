@@ -18,9 +18,8 @@ from peft import LoraConfig
 from transformers import AutoModelForCausalLM, AutoTokenizer
 from trl import GRPOConfig, GRPOTrainer
 
-from grpo_cli.data import generate_problems
-from rewards.answers import gsm8k_gold
 from rewards.gsm8k import LengthTarget, correctness
+from rewards.gsm8k_task import generate_problems, gsm8k_gold
 
 parser = argparse.ArgumentParser()
 parser.add_argument("model_dir")

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import random
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -11,43 +10,10 @@ from grpo_cli.errors import UserError
 from grpo_cli.recipe.generated_tasks import generate_task, task_name
 from grpo_cli.recipe.schema import DataSection
 from grpo_cli.recipe.sources import GENERATED, LOCAL_DATA_BUILDERS
-from rewards.answers import gsm8k_gold, normalize_number, to_number
+from rewards.answers import normalize_number, to_number
+from rewards.gsm8k_task import generate_problems, gsm8k_gold, has_numeric_gold, solution_steps
 
 DEFAULT_GENERATED_ROWS = 1000
-
-# Templates for one-step arithmetic word problems in GSM8K's format (question, worked answer ending `#### N`).
-_NAMES = ["Ava", "Ben", "Chloe", "Dev", "Elena", "Farid", "Grace", "Hiro", "Ines", "Jonas", "Kemi", "Liam"]
-_ITEMS = ["apples", "pencils", "stickers", "marbles", "books", "cookies", "stamps", "shells", "cards", "coins"]
-_TEMPLATES = {
-    "+": (
-        "{name} has {a} {item}. {name} gets {b} more {item}. How many {item} does {name} have now?",
-        "{name} has {a} + {b} = <<{a}+{b}={r}>>{r} {item}.",
-    ),
-    "-": (
-        "{name} has {a} {item} and gives away {b} of them. How many {item} does {name} have left?",
-        "{name} has {a} - {b} = <<{a}-{b}={r}>>{r} {item} left.",
-    ),
-    "*": (
-        "{name} buys {a} boxes with {b} {item} in each box. How many {item} does {name} buy?",
-        "{name} buys {a} * {b} = <<{a}*{b}={r}>>{r} {item}.",
-    ),
-}
-
-
-def generate_problems(count: int, seed: int = 0) -> list[dict[str, str]]:
-    """Seeded GSM8K-format problems (fields `question`, `answer` ending in `#### N`) for offline demos and tests."""
-    rng = random.Random(seed)
-    rows = []
-    for _ in range(count):
-        op = rng.choice("+-*")
-        a, b = (rng.randint(2, 12), rng.randint(2, 9)) if op == "*" else (rng.randint(5, 60), rng.randint(2, 30))
-        if op == "-" and b > a:
-            a, b = b, a
-        r = {"+": a + b, "-": a - b, "*": a * b}[op]
-        words = dict(name=rng.choice(_NAMES), item=rng.choice(_ITEMS), a=a, b=b, r=r)
-        question, working = _TEMPLATES[op]
-        rows.append({"question": question.format(**words), "answer": f"{working.format(**words)}\n#### {r}"})
-    return rows
 
 
 def load_rows(
@@ -88,12 +54,6 @@ def build_prompt(question: str, system_prompt: str | None, chat: bool) -> Any:
         messages = [{"role": "system", "content": system_prompt}] if system_prompt else []
         return messages + [{"role": "user", "content": question}]
     return f"{system_prompt}\n\n{question}\n" if system_prompt else f"{question}\n"
-
-
-def solution_steps(answer: str) -> int:
-    """Lines of working before GSM8K's `#### N` line: a proxy for how hard the problem is."""
-    working = answer.split("####", 1)[0].strip()
-    return len(working.splitlines()) if working else 0
 
 
 def gold_answer(raw: Any, answer_format: str) -> str:
@@ -215,7 +175,7 @@ def unusable_reason(prompt: Any, answer: Any, data: DataSection) -> str | None:
         return f"`{data.prompt_column}` is empty or not text"
     if data.answer_column and (answer is None or not str(answer).strip()):
         return f"no `{data.answer_column}`"
-    if data.answer_column and data.answer_format == "gsm8k" and to_number(gold_answer(answer, "gsm8k")) is None:
+    if data.answer_column and data.answer_format == "gsm8k" and not has_numeric_gold(str(answer)):
         return f"`{data.answer_column}` has no number after `####`"
     return None
 

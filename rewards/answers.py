@@ -1,7 +1,6 @@
-"""Pulling numeric answers out of text. Shared by data preparation, rewards and evaluation.
-
-Normalisation follows lm-evaluation-harness's gsm8k task (drop commas, `$`, a trailing period) so our
-scores and theirs agree on the same outputs. Never evaluates model output as code.
+"""Pulling answers out of text, whatever the task: numbers, <answer> tags, `#### N` markers. Shared by data
+preparation, rewards and evaluation; what is particular to GSM8K is in gsm8k_task.py. Never evaluates model output
+as code.
 """
 
 from __future__ import annotations
@@ -39,11 +38,6 @@ def last_number(text: str) -> str | None:
     """The last number in free text (lm-eval's flexible-extract idea), normalised."""
     found = NUMBER.findall(text)
     return normalize_number(found[-1]) if found else None
-
-
-def gsm8k_gold(answer: str) -> str:
-    """GSM8K reference solutions end in `#### 1,234`; the gold answer is that number without commas."""
-    return normalize_number(answer.split("####")[-1])
 
 
 def tag_content(text: str, tag: str = "answer") -> str | None:
@@ -108,36 +102,3 @@ def completion_text(completion: Any) -> str:
     if isinstance(completion, dict):
         return str(completion.get("content", ""))
     return "" if completion is None else str(completion)
-
-
-# ---------------------------------------------------------------- lm-evaluation-harness `gsm8k` task, exactly
-# Copied from lm_eval/tasks/gsm8k/gsm8k.yaml (lm-eval 0.4.13): the two filters, then exact_match with
-# regexes_to_ignore and ignore_case applied to both prediction and reference. Comparison is on strings, as
-# lm-eval does it, so "18.0" does not match "18" under this protocol.
-LM_EVAL_FALLBACK = "[invalid]"
-LM_EVAL_STRICT = re.compile(r"#### (\-?[0-9\.\,]+)")
-LM_EVAL_FLEXIBLE = re.compile(r"(-?[$0-9.,]{2,})|(-?[0-9]+)")
-LM_EVAL_IGNORE = (",", r"\$", r"(?s).*#### ", r"\.$")
-
-
-def regex_filter(text: str, pattern: re.Pattern[str], group_select: int = 0) -> str:
-    """lm-eval's RegexFilter followed by take_first: one match (or the fallback) per response."""
-    found = pattern.findall(text)
-    if not found:
-        return LM_EVAL_FALLBACK
-    match = found[group_select]
-    if isinstance(match, tuple):
-        groups = [g for g in match if g]
-        match = groups[0] if groups else LM_EVAL_FALLBACK
-    return match.strip()
-
-
-def lm_eval_normalize(text: str) -> str:
-    for pattern in LM_EVAL_IGNORE:
-        text = re.sub(pattern, "", text)
-    return text.lower()
-
-
-def lm_eval_exact_match(prediction: str, reference: str) -> bool:
-    """`reference` is the whole GSM8K answer text; its worked solution is cut away by `(?s).*#### `."""
-    return lm_eval_normalize(prediction) == lm_eval_normalize(reference)

@@ -4,10 +4,11 @@ import json
 
 import pytest
 
-from grpo_cli.data import build_prompt, generate_problems, prepare
+from grpo_cli.data import build_prompt, prepare
 from grpo_cli.errors import UserError
 from grpo_cli.recipe.schema import DataSection
-from rewards.answers import extract_answer, gsm8k_gold, last_number, normalize_number, numbers_equal
+from rewards.answers import extract_answer, last_number, normalize_number, numbers_equal
+from rewards.gsm8k_task import generate_problems, gsm8k_gold
 
 
 def test_generated_problems_are_gsm8k_format_and_seeded():

@@ -15,7 +15,7 @@ from grpo_cli.eval.generation import cut_at_stops, length_sorted_batches
 from grpo_cli.eval.problems import Problem, lm_eval_prompts
 from grpo_cli.eval.scoring import score, summarize
 from grpo_cli.eval.stats import paired_difference, wilson_interval
-from rewards.answers import LM_EVAL_FLEXIBLE, LM_EVAL_STRICT, lm_eval_exact_match, regex_filter
+from rewards.gsm8k_task import LM_EVAL_FLEXIBLE, LM_EVAL_STRICT, lm_eval_exact_match, regex_filter
 
 runner = CliRunner()
 GOLD_TEXT = "She pays 2 * 617 = <<2*617=1234>>1234 dollars.\n#### 1234"
@@ -203,7 +203,7 @@ def test_eval_resumes_after_interruption_without_losing_or_repeating(tmp_path, t
 
 def test_eval_lm_eval_protocol_on_local_files(tmp_path, tiny_llama):
     from conftest import write_jsonl
-    from grpo_cli.data import generate_problems
+    from rewards.gsm8k_task import generate_problems
 
     data = tmp_path / "gsm"
     data.mkdir()
@@ -380,7 +380,7 @@ def test_compare_base_and_trained_lora_run(tmp_path, tiny_llama):
     import yaml
 
     from conftest import write_jsonl
-    from grpo_cli.data import generate_problems
+    from rewards.gsm8k_task import generate_problems
 
     resolved = yaml.safe_load((run_dir / "recipe.yaml").read_text())
     resolved["data"]["source"] = str(tmp_path / "gone" / "train.jsonl")

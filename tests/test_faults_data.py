@@ -8,7 +8,7 @@ from typer.testing import CliRunner
 
 from conftest import fails_cleanly, write_jsonl, write_recipe
 from grpo_cli.cli import app
-from grpo_cli.data import generate_problems
+from rewards.gsm8k_task import generate_problems
 
 runner = CliRunner()
 

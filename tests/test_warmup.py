@@ -128,7 +128,7 @@ def test_self_sampled_warmup_keeps_only_what_the_reward_scores_right(tmp_path, t
     assert result.exit_code == 0, result.output
     warm = recipe.output_dir / "warmup"
     source = json.loads((warm / "source.json").read_text())
-    from grpo_cli.data import generate_problems
+    from rewards.gsm8k_task import generate_problems
 
     golds = [int(row["answer"].split("####")[-1]) for row in generate_problems(32, seed=recipe.training.seed)[:8]]
     even = [g for g in golds if g % 2 == 0]

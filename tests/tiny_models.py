@@ -15,7 +15,7 @@ def build_tokenizer(directory: Path):
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
 
-    from grpo_cli.data import generate_problems
+    from rewards.gsm8k_task import generate_problems
 
     corpus = [row["question"] + "\n" + row["answer"] for row in generate_problems(300, seed=1)]
     corpus += ["<reasoning>\n</reasoning>\n<answer>\n</answer>", "system user assistant"]

@@ -17,7 +17,7 @@ def _tokenizer(directory: Path, rendered: list[str]):
     from transformers import PreTrainedTokenizerFast
     from trl.chat_template_utils import qwen2_5_chat_template
 
-    from grpo_cli.data import generate_problems
+    from rewards.gsm8k_task import generate_problems
 
     corpus = [row["question"] + "\n" + row["answer"] for row in generate_problems(200, seed=1)] + rendered * 3
     tok = Tokenizer(models.BPE())
@@ -73,8 +73,8 @@ def build_tool_model(directory: Path, steps: int = 300) -> Path:
     import torch.nn.functional as F
     from transformers import AutoModelForCausalLM, LlamaConfig
 
-    from grpo_cli.data import generate_problems
     from grpo_cli.tools.calculator import calculator
+    from rewards.gsm8k_task import generate_problems
 
     directory.mkdir(parents=True, exist_ok=True)
     questions = [row["question"] for row in generate_problems(64, seed=3)]

@@ -13,7 +13,7 @@ from grpo_cli.errors import UserError
 from grpo_cli.recipe.eval_section import EvalSection
 from grpo_cli.recipe.schema import Recipe
 from grpo_cli.recipe.sources import GENERATED
-from rewards.answers import gsm8k_gold, to_number
+from rewards.gsm8k_task import gsm8k_gold, has_numeric_gold
 
 # Seeds for `generated` data: evaluation problems must not be the training problems, which data.prepare draws with
 # the recipe's training.seed (trainer.py).
@@ -45,7 +45,7 @@ def load_problems(ev: EvalSection) -> tuple[list[Problem], int]:
         if isinstance(r["question"], str)
         and r["question"].strip()
         and r["answer"] is not None
-        and to_number(gsm8k_gold(str(r["answer"]))) is not None
+        and has_numeric_gold(str(r["answer"]))
     ]
     if not problems:
         raise UserError(

@@ -24,7 +24,8 @@ from grpo_cli.eval.generation import Generated
 from grpo_cli.eval.sampler import Sampling
 from grpo_cli.eval.scoring import summarize
 from grpo_cli.eval.stats import mean_interval, paired_difference, paired_mean_difference, pass_at_k, wilson_interval
-from rewards.answers import LM_EVAL_FALLBACK, lm_eval_normalize, to_number
+from rewards.answers import to_number
+from rewards.gsm8k_task import LM_EVAL_FALLBACK, lm_eval_normalize
 
 MEAN_INTERVAL = "normal over the per-problem fractions"
 NO_MAJORITY = "not available: the task's verifiers return a score, not the answer they read"

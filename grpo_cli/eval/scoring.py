@@ -6,36 +6,12 @@ from typing import Any
 
 from grpo_cli.eval.problems import Problem
 from grpo_cli.eval.stats import wilson_interval
-from rewards.answers import (
-    LM_EVAL_FALLBACK,
-    LM_EVAL_FLEXIBLE,
-    LM_EVAL_STRICT,
-    extract_answer,
-    lm_eval_exact_match,
-    marked_answer,
-    numbers_equal,
-    regex_filter,
-)
-
-FILTERS = ("strict-match", "flexible-extract")
+from rewards.gsm8k_task import FILTERS, score_completion
 
 
 def score(protocol: str, completion: str, problem: Problem, marker: str = "tag") -> dict[str, Any]:
-    """Extracted answers per filter, whether each is correct, and whether the answer format was followed.
-
-    `marker` (chat protocol): how the recipe's system prompt asked the model to mark its answer."""
-    if protocol == "lm-eval":
-        extracted = {
-            "strict-match": regex_filter(completion, LM_EVAL_STRICT),
-            "flexible-extract": regex_filter(completion, LM_EVAL_FLEXIBLE, group_select=-1),
-        }
-        correct = {name: lm_eval_exact_match(value, problem.answer) for name, value in extracted.items()}
-        formatted = extracted["strict-match"] != LM_EVAL_FALLBACK
-    else:
-        extracted = {"strict-match": marked_answer(completion, marker), "flexible-extract": extract_answer(completion)}
-        correct = {name: numbers_equal(value, problem.gold) for name, value in extracted.items()}
-        formatted = extracted["strict-match"] is not None
-    return {"extracted": extracted, "correct": correct, "formatted": formatted}
+    """Extracted answers per filter, whether each is correct, whether the format was followed (gsm8k_task.py)."""
+    return score_completion(protocol, completion, problem.answer, problem.gold, marker)
 
 
 def summarize(
