@@ -154,6 +154,10 @@ CUDA_MATRIX = {
     "qwen1.5b-lora-gc-g8-c512-beta": config("qwen2.5-1.5b", "lora", gc=True, g=8, c=512, beta=0.04),
     "llama1b-full-gc-g8-c256": config("llama-3.2-1b", gc=True, g=8, c=256),
     **CUDA_QUANT,
+    # Not used to find the plan's kept-Linear-inputs term (benchmarks/gpu/README.md): its out-of-sample check.
+    "qwen0.5b-full-g4-c512": config("qwen2.5-0.5b", g=4, c=512),
+    "llama1b-full-g8-c512": config("llama-3.2-1b", g=8, c=512),
+    "qwen1.5b-lora-g8-c256": config("qwen2.5-1.5b", "lora", g=8, c=256),
 }
 TINY_QUANT = {  # float32: CPUs without AVX512-BF16 emulate bfloat16, several times slower
     "tiny-llama-qlora-adam8": config("tiny-llama", "qlora", g=4, c=16, optim="adamw_8bit", dtype="float32"),

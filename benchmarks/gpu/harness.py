@@ -447,7 +447,8 @@ def merge_calibration(device_csv: Path, target: Path) -> int:
     lines = target.read_text().splitlines(keepends=True)
     header = [line for line in lines if line.startswith("#")]
     old = list(csv.DictReader(line for line in lines if not line.startswith("#")))
-    new = list(csv.DictReader(device_csv.open()))
+    # memory.py's own CSVs start with a `# regenerate:` line
+    new = list(csv.DictReader(line for line in device_csv.open() if not line.startswith("#")))
     fields = list(dict.fromkeys([*(old[0] if old else {}), *(new[0] if new else {})]))
     with target.open("w", newline="") as fh:
         fh.writelines(header)
