@@ -217,6 +217,19 @@ def build_random_model(directory: Path, arch: dict) -> None:
     tokenizer.save_pretrained(directory)
 
 
+def build_model_to_measure(directory: Path, arch: str) -> None:
+    """A random model of `arch` for a process about to measure its peak: on CUDA built in another process, so the
+    build leaves no blocks in the measuring process's cache."""
+    import torch
+
+    if torch.cuda.is_available():
+        subprocess.run(
+            [sys.executable, __file__, "--build-model", arch, str(directory)], check=True, stdout=subprocess.DEVNULL
+        )
+    else:
+        build_random_model(directory, ARCHS[arch])
+
+
 def measure_one(name: str, cfg: dict) -> dict:
     """Runs inside a fresh process: build, plan, measure (CUDA: the allocator's reserved peak too)."""
     import torch
@@ -228,14 +241,7 @@ def measure_one(name: str, cfg: dict) -> dict:
 
     with tempfile.TemporaryDirectory() as tmp:
         model_dir = Path(tmp) / "model"
-        if torch.cuda.is_available():  # in another process: building must not leave its blocks in this one's cache
-            subprocess.run(
-                [sys.executable, __file__, "--build-model", cfg["arch"], str(model_dir)],
-                check=True,
-                stdout=subprocess.DEVNULL,
-            )
-        else:
-            build_random_model(model_dir, ARCHS[cfg["arch"]])
+        build_model_to_measure(model_dir, cfg["arch"])
         recipe = Recipe.model_validate(recipe_dict(model_dir, cfg))
         phases: dict = {}
         measured, ran = measure_peak(recipe, phases)

@@ -25,7 +25,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "benchmarks"))
-from memory import ARCHS, CUDA_MATRIX, TINY_MATRIX, build_random_model, recipe_dict  # noqa: E402
+from memory import CUDA_MATRIX, TINY_MATRIX, build_model_to_measure, recipe_dict  # noqa: E402
 
 GIB = 2**30
 MAX_ENTRIES = 2_000_000
@@ -140,14 +140,7 @@ def measure(name: str, cfg: dict, model_dir: Path, out: Path) -> None:
                 self.recording = True
             super().generation_ended()
 
-    if cuda:  # built in a child: building must not leave its blocks in the measured process's cache
-        subprocess.run(
-            [sys.executable, str(ROOT / "benchmarks" / "memory.py"), "--build-model", cfg["arch"], str(model_dir)],
-            check=True,
-            stdout=subprocess.DEVNULL,
-        )
-    else:
-        build_random_model(model_dir, ARCHS[cfg["arch"]])
+    build_model_to_measure(model_dir, cfg["arch"])
     with tempfile.TemporaryDirectory() as tmp:
         recipe = Recipe.model_validate(recipe_dict(model_dir, cfg))
         tokenizer = models.load_tokenizer(recipe.model)
