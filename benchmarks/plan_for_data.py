@@ -39,7 +39,48 @@ CASES = {
         [f"model.name={QWEN}", f"data.source={GSM8K_TRAIN}"],
         448,
     ),
+    # HELD OUT: configurations the plan's constants were not fitted to (memory_fit.py fits on the three above and on
+    # cpu_memory.py's); the demo model, so each takes minutes. Memory does not depend on the CPU share: they may run
+    # beside another job (their wall time then does).
+    "r64_c96": ("recipes/demo.yaml", ["lora.r=64", "lora.alpha=128", "grpo.max_completion_length=96"], 96),
+    "beta_c64": ("recipes/demo.yaml", ["grpo.beta=0.04", "grpo.max_completion_length=64"], 64),
+    "full_gc_c128": (
+        "recipes/demo.yaml",
+        ["lora=null", "model.gradient_checkpointing=true", "grpo.max_completion_length=128"],
+        128,
+    ),
+    "g4_accum4_c128": (
+        "recipes/demo.yaml",
+        [
+            "grpo.num_generations=4",
+            "training.per_device_train_batch_size=4",
+            "training.gradient_accumulation_steps=4",
+            "grpo.max_completion_length=128",
+        ],
+        128,
+    ),
+    "full_c96_b8": (
+        "recipes/demo.yaml",
+        [
+            "lora=null",
+            "grpo.max_completion_length=96",
+            "training.per_device_train_batch_size=8",
+            "training.gradient_accumulation_steps=2",
+        ],
+        96,
+    ),
+    "smollm2_gsm8k": (
+        "recipes/gsm8k/smollm2_135m_cpu.yaml",
+        [
+            f"data.source={GSM8K_TRAIN}",
+            "grpo.max_completion_length=64",
+            "training.per_device_train_batch_size=8",
+            "training.gradient_accumulation_steps=2",
+        ],
+        64,
+    ),
 }
+FITTED = {"demo", "demo_64", "qwen_gsm8k"}
 
 
 def plan(recipe: str, overrides: list[str]) -> dict:
@@ -95,6 +136,7 @@ def measure(name: str) -> dict:
             sys.exit(f"grpo train failed: {done.stderr.strip()[-1500:]}")
         peak_kib = int(re.search(r"Maximum resident set size \(kbytes\): (\d+)", done.stderr).group(1))
         steps = [json.loads(line) for line in (folder / "run" / "metrics.jsonl").read_text().splitlines()]
+    precision = next((s["mixed_precision"] for s in steps if "mixed_precision" in s), "?")
     lengths = [s["completions/mean_length"] for s in steps if "completions/mean_length" in s]
     measured = peak_kib * 1024 / 2**30
     return {
@@ -112,13 +154,16 @@ def measure(name: str) -> dict:
         "error_for_data": round(planned["peak_rss_gib"] / measured - 1, 4),
         "error_at_limits": round(planned["limits"]["peak_rss_gib"] / measured - 1, 4),
         "wall_s": round(wall, 1),
+        "mixed_precision": precision,  # bf16: autocast on a CPU with AVX512-BF16; no: float32 throughout
     }
 
 
 def with_current_plan(row: dict) -> dict:
     """A measured row beside the plan as grpo plans it now (the plan's constants may have been refitted since)."""
     recipe, overrides, _ = CASES[row["case"]]
-    planned = plan(recipe, overrides)
+    # planned in the precision the row ran in, whatever this machine's CPU would choose
+    precision = ["model.mixed_precision=bf16"] if row.get("mixed_precision", "").startswith("bf16") else []
+    planned = plan(recipe, [*overrides, *precision])
     measured = row["measured_peak_rss_gib"]
     return {
         **row,
@@ -129,18 +174,25 @@ def with_current_plan(row: dict) -> dict:
     }
 
 
+def fitting(row: dict) -> str:
+    """Whether the plan's constants were fitted on this measurement (they were fitted on bfloat16-autocast runs)."""
+    if row["case"] not in FITTED:
+        return "held out"
+    return "fitted on it" if row.get("mixed_precision", "").startswith("bf16") else "its case, not this precision"
+
+
 def table(rows: list[dict]) -> str:
     head = (
-        f"{'case':<11} {'prompt (data/limit)':>19} {'completion':>10} {'measured':>9} {'plan, data':>11} "
-        f"{'error':>7} {'plan, limits':>12} {'error':>7} {'wall':>7}"
+        f"{'case':<15} {'prompt (data/limit)':>19} {'completion':>10} {'measured':>9} {'plan, data':>11} "
+        f"{'error':>7} {'plan, limits':>12} {'error':>7} {'wall':>7}  {'autocast':<16} constants"
     )
     lines = [head]
     for r in map(with_current_plan, rows):
         lines.append(
-            f"{r['case']:<11} {str(r['longest_prompt_tokens']) + ' / ' + str(r['limit_prompt_tokens']):>19} "
+            f"{r['case']:<15} {str(r['longest_prompt_tokens']) + ' / ' + str(r['limit_prompt_tokens']):>19} "
             f"{r['completion_budget']:>10} {r['measured_peak_rss_gib']:>7.2f} G {r['plan_for_data_gib']:>9.2f} G "
             f"{r['error_for_data']:>+7.1%} {r['plan_at_limits_gib']:>10.2f} G {r['error_at_limits']:>+7.1%} "
-            f"{r['wall_s']:>6.0f}s"
+            f"{r['wall_s']:>6.0f}s  {r.get('mixed_precision', '?'):<16} {fitting(r)}"
         )
     return "\n".join(lines)
 
@@ -205,15 +257,19 @@ def main() -> None:
         print(json.dumps(row), flush=True)
         with RESULTS.open("a") as out:
             out.write(json.dumps(row) + "\n")
-        previous = [r for r in previous if r["case"] != name] + [row]
-    latest = {r["case"]: r for r in previous}
+        previous = [*previous, row]
+    # the newest row of each case in each precision: a CPU with and one without AVX512-BF16 are two measurements
+    latest = {(r["case"], r.get("mixed_precision")): r for r in previous}
     text = (
         "grpo plan --device cpu: peak RSS for the data at hand (longest surviving prompt, completions at the budget)\n"
         "and at the recipe's limits, against /usr/bin/time's maximum RSS of a 2-step grpo train that meets that batch\n"
         "(python benchmarks/plan_for_data.py; error = plan / measured - 1; the plan columns are the plan as it is\n"
-        "now, recomputed by --report; measured: on the date of its row in plan_for_data.jsonl)\n\n"
-        + table([latest[c] for c in CASES if c in latest])
-        + "\n"
+        "now, recomputed by --report, in the precision the row ran in; measured: on the date of its row in\n"
+        "plan_for_data.jsonl; autocast bf16: a CPU with AVX512-BF16 (the 2026-11-25 rows: inferred from their step\n"
+        "times, half of the same runs' in float32), no: float32 throughout, a CPU without it)\n\n"
+        + table([row for c in CASES for (case, _), row in latest.items() if case == c])
+        + "\n# wall: the 2026-11-27 rows ran at nice 19 beside another GRPO run (running or paused) and a test job:\n"
+        "# their wall times are inflated (r64_c96 most), their peak RSS is their own process's.\n"
     )
     TABLE.write_text(text)
     print(text)
