@@ -101,10 +101,9 @@ class PreparedData:
             )
 
 
-def select_rows(data: DataSection, seed: int = 0):
+def select_rows(data: DataSection, seed: int = 0) -> tuple[list[dict[str, Any]], dict[str, int]]:
     """The rows training uses, before prompts are built: shuffled and limited as the recipe says (rows past
-    data.limit stay held out), short solutions kept, unusable rows left out; returns them and the count left out by
-    reason."""
+    data.limit stay held out), then `keep_rows`; returns them as plain dicts and the count left out by reason."""
     rows = load_rows(data.source, data.config, data.split, data.limit, seed)
     missing = [c for c in (data.prompt_column, data.answer_column) if c and c not in rows.column_names]
     if missing:
@@ -113,7 +112,14 @@ def select_rows(data: DataSection, seed: int = 0):
     if data.shuffle_seed is not None:
         rows = rows.shuffle(seed=data.shuffle_seed)
     if data.limit is not None and len(rows) > data.limit:
-        rows = rows.select(range(data.limit))
+        rows = rows.select(range(data.limit))  # before the rows become Python objects: a hub split may be large
+    return keep_rows(rows.to_list(), data)
+
+
+def keep_rows(rows: list[dict[str, Any]], data: DataSection) -> tuple[list[dict[str, Any]], dict[str, int]]:
+    """The one row pipeline behind `prepare` and `plain_prompts`: data.limit, short solutions kept
+    (data.max_solution_steps), unusable rows left out and counted by reason (`unusable_reason`)."""
+    rows = rows[: data.limit] if data.limit is not None else rows
     if data.max_solution_steps is not None:
         if not data.answer_column or data.answer_format != "gsm8k":
             raise UserError(
@@ -121,35 +127,34 @@ def select_rows(data: DataSection, seed: int = 0):
                 "and an answer column",
                 path="data.max_solution_steps",
             )
-        rows = rows.filter(lambda row: solution_steps(str(row[data.answer_column])) <= data.max_solution_steps)
-        if len(rows) == 0:
+        rows = [r for r in rows if solution_steps(str(r.get(data.answer_column))) <= data.max_solution_steps]
+        if not rows:
             raise UserError("no problem has a solution this short; raise it", path="data.max_solution_steps")
-
-    rows, unusable = _usable_rows(rows, data)
-    if len(rows) == 0:  # nothing to map: datasets would hand back a table without the columns the trainer reads
+    kept, unusable = [], {}
+    for row in rows:
+        why = unusable_reason(
+            row.get(data.prompt_column), row.get(data.answer_column) if data.answer_column else "", data
+        )
+        if why:
+            unusable[why] = unusable.get(why, 0) + 1
+        else:
+            kept.append(row)
+    if not kept:
         raise UserError(
             f"no usable rows in {data.source}: {left_out(unusable)}; each row needs a text question"
             + (f" and a numeric answer in `{data.answer_column}`" if data.answer_column else ""),
             path="data.source",
         )
-    return rows, unusable
+    return kept, unusable
 
 
 def prepare(data: DataSection, tokenizer=None, seed: int = 0, tools: list | None = None) -> PreparedData:
     """Rows -> {prompt, answer, question}; shuffle, limit, keep short solutions, drop prompts over max_prompt_length
     (measured with the `tools` the template renders into every prompt)."""
+    import datasets
+
     rows, unusable = select_rows(data, seed)
-
-    def to_example(row: dict[str, Any]) -> dict[str, Any]:
-        example = {
-            "prompt": build_prompt(str(row[data.prompt_column]), data.system_prompt, data.chat),
-            "question": str(row[data.prompt_column]),
-        }
-        if data.answer_column:
-            example["answer"] = gold_answer(row[data.answer_column], data.answer_format)
-        return example
-
-    prepared = rows.map(to_example, remove_columns=rows.column_names)
+    prepared = datasets.Dataset.from_list([to_example(row, data) for row in rows])
     total = len(prepared)
     lengths = prompt_lengths(tokenizer, prepared["prompt"], tools) if tokenizer is not None else []
     if data.max_prompt_length is not None and lengths:
@@ -161,6 +166,17 @@ def prepare(data: DataSection, tokenizer=None, seed: int = 0, tools: list | None
             path="data.max_prompt_length",
         )
     return PreparedData(prepared, total, total - len(prepared), unusable, lengths)
+
+
+def to_example(row: dict[str, Any], data: DataSection) -> dict[str, Any]:
+    """A training example: the prompt as the model is asked, the question as written, the gold answer rewards get."""
+    example = {
+        "prompt": build_prompt(str(row[data.prompt_column]), data.system_prompt, data.chat),
+        "question": str(row[data.prompt_column]),
+    }
+    if data.answer_column:
+        example["answer"] = gold_answer(row[data.answer_column], data.answer_format)
+    return example
 
 
 def left_out(unusable: dict[str, int]) -> str:
@@ -206,31 +222,11 @@ def plain_prompts(data: DataSection, seed: int = 0) -> list | None:
     columns = {key for row in rows for key in row}
     if data.prompt_column not in columns or (data.answer_column and data.answer_column not in columns):
         return None
-    rows = rows[: data.limit] if data.limit is not None else rows
-    if data.max_solution_steps is not None:
-        if not data.answer_column or data.answer_format != "gsm8k":
-            return None
-        rows = [r for r in rows if solution_steps(str(r.get(data.answer_column))) <= data.max_solution_steps]
-    answer = (lambda row: row.get(data.answer_column)) if data.answer_column else (lambda row: "")
-    kept = [r for r in rows if unusable_reason(r.get(data.prompt_column), answer(r), data) is None]
-    return [build_prompt(str(r[data.prompt_column]), data.system_prompt, data.chat) for r in kept] or None
-
-
-def _usable_rows(rows, data: DataSection):
-    """Rows that can be prompted and scored (`unusable_reason`); the others are left out and counted by reason."""
-    prompts = rows[data.prompt_column]
-    answers = rows[data.answer_column] if data.answer_column else [""] * len(rows)
-    reasons: dict[int, str] = {}
-    for index, (prompt, answer) in enumerate(zip(prompts, answers)):
-        why = unusable_reason(prompt, answer, data)
-        if why:
-            reasons[index] = why
-    if not reasons:
-        return rows, {}
-    counts: dict[str, int] = {}
-    for why in reasons.values():
-        counts[why] = counts.get(why, 0) + 1
-    return rows.select([i for i in range(len(rows)) if i not in reasons]), counts
+    try:
+        kept, _ = keep_rows(rows, data)
+    except UserError:  # `prepare` will say why, in its own words
+        return None
+    return [build_prompt(str(r[data.prompt_column]), data.system_prompt, data.chat) for r in kept]
 
 
 def render_prompt(tokenizer, prompt: Any, tools: list | None = None) -> str:

@@ -119,7 +119,7 @@ def training_overlap(recipe: Recipe, problems: list[Problem]) -> int:
     """How many evaluated prompts are also training prompts (the same text): an evaluation on them measures
     memory, not the task."""
     rows, _ = select_rows(recipe.data, seed=recipe.training.seed)
-    seen = set(rows[recipe.data.prompt_column])
+    seen = {row[recipe.data.prompt_column] for row in rows}
     return sum(p.question in seen for p in problems)
 
 

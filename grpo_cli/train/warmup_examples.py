@@ -101,7 +101,7 @@ def reference_examples(data: DataSection, count: int | None, seed: int) -> Warmu
     from grpo_cli.data import build_prompt, select_rows
 
     rows, _ = select_rows(data, seed)
-    rows = rows.select(range(min(count, len(rows)))) if count else rows
+    rows = rows[:count] if count else rows
     examples = [
         {
             "prompt": build_prompt(str(row[data.prompt_column]), data.system_prompt, data.chat),

@@ -24,9 +24,9 @@ def sampled_examples(recipe: Recipe, model, tokenizer, mixed: str, echo=print) -
 
     warm, data = recipe.warmup, recipe.data
     rows, _ = select_rows(data, recipe.training.seed)
-    rows = rows.select(range(min(warm.count, len(rows)))) if warm.count else rows
-    questions = [str(q) for q in rows[data.prompt_column]]
-    golds = [_gold(a, data) for a in rows[data.answer_column]]
+    rows = rows[: warm.count] if warm.count else rows
+    questions = [str(row[data.prompt_column]) for row in rows]
+    golds = [_gold(row[data.answer_column], data) for row in rows]
     reward = _reward(recipe)
     k = warm.samples_per_prompt
     per_call = max(1, SAMPLE_BATCH // k)
