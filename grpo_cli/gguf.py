@@ -9,10 +9,39 @@ from grpo_cli.files import cache_root
 
 
 def converted_dir(gguf: Path) -> Path:
-    """Where the plain copy of a .gguf file is cached (size and mtime in the name: a changed file is converted
-    again)."""
-    stat = gguf.stat()
-    return cache_root() / "gguf" / f"{gguf.stem}-{stat.st_size}-{int(stat.st_mtime)}"
+    """Where the plain copy of a .gguf file is cached, named by its content (size and a hash of samples spread over
+    the file: a changed file is converted again). Not by mtime: every reinstall of a package that ships a model
+    gives it a new one, and each left another copy of several hundred MB in the cache."""
+    return cache_root() / "gguf" / f"{gguf.stem}-{gguf.stat().st_size}-{content_key(gguf)}"
+
+
+def content_key(path: Path, samples: int = 16, chunk: int = 1 << 16) -> str:
+    """A hash of the file's first and last MiB and `samples` chunks between (about 3 MB read, milliseconds): the
+    header, and tensors from every part of the file."""
+    import hashlib
+
+    size = path.stat().st_size
+    digest = hashlib.sha256()
+    with path.open("rb") as handle:
+        digest.update(handle.read(1 << 20))
+        for i in range(1, samples + 1):
+            handle.seek(size * i // (samples + 1))
+            digest.update(handle.read(chunk))
+        handle.seek(max(0, size - (1 << 20)))
+        digest.update(handle.read(1 << 20))
+    return digest.hexdigest()[:16]
+
+
+def remove_mtime_keyed_copies(gguf: Path) -> None:
+    """Copies cached under the earlier mtime-based names (`<stem>-<size>-<digits>`) of a file of this name and size:
+    nothing will read them again."""
+    import re
+    import shutil
+
+    pattern = re.compile(re.escape(f"{gguf.stem}-{gguf.stat().st_size}-") + r"\d{9,11}$")
+    for old in (cache_root() / "gguf").glob(f"{gguf.stem}-*"):
+        if pattern.match(old.name) and old.is_dir():
+            shutil.rmtree(old, ignore_errors=True)
 
 
 def plain_model_dir(gguf: Path) -> Path:
@@ -42,6 +71,7 @@ def plain_model_dir(gguf: Path) -> Path:
     if done.returncode:
         lines = [line for line in done.stderr.splitlines() if line.strip()] or ["no output"]
         raise UserError(f"cannot convert {gguf}: {lines[-1][:300]}", path="model.name")
+    remove_mtime_keyed_copies(gguf)
     return target
 
 
