@@ -230,12 +230,12 @@ def _training_terms(recipe: Recipe, arch: Architecture, device: str, w: int, B: 
     lora, mixed = recipe.lora, mixed_precision_on(recipe, device)
     per_token_layer = (ACT_HIDDEN * h + ACT_FFN * f + ACT_KV * arch.kv_dim) * w + ACT_HIDDEN_FP32 * h * 4
     if lora is not None:
-        # PEFT casts each adapted Linear's input to the adapter dtype (float32 on a bf16/fp16 base) and autograd
-        # keeps that copy for lora_A's backward; with dropout > 0 the dropped-out input is kept as well. Under
-        # autocast lora_A casts it back, and the copy kept is the autocast dtype's (2 B; measured with saved-tensor
-        # hooks on a PEFT Linear: 2.0 B per input element under bf16 autocast, 4.0 without).
+        # PEFT casts each adapted Linear's input to the adapter dtype (float32 on a bf16 base); lora_A keeps that
+        # copy (with dropout > 0 the dropped-out one too; under autocast the copy is 2 B). With no cast at all
+        # (float32, no autocast) it keeps the input itself, one per distinct input (benchmarks/lora_saved_tensors.txt).
         copies = (1 if param_bytes != w else 0) + (1 if lora.dropout > 0 else 0)
         per_token_layer += copies * arch.linear_inputs(lora.target_modules) * (2 if mixed != "no" else param_bytes)
+        per_token_layer += arch.distinct_linear_inputs * w if (mixed == "no" and param_bytes == w) else 0
     else:
         # A trainable Linear keeps its input for its weight gradient, a frozen one does not (the allocator trace of
         # an H100 full fine-tuning step, benchmarks/gpu/h100-2026-11-26-owners/); under autocast the copy is 2 B.
