@@ -8,26 +8,21 @@ storage once. Compared with the plan's activation formula (grpo_cli/plan/memory.
 
 import sys
 from collections import Counter
+from pathlib import Path
 
 import torch
 from peft import LoraConfig, get_peft_model
-from transformers import LlamaConfig, LlamaForCausalLM
+from transformers import AutoConfig, LlamaForCausalLM
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from memory import ARCHS  # noqa: E402  (the benchmark matrix's SmolLM2 shape)
 
 dtype = {"fp32": torch.float32, "bf16": torch.bfloat16}[sys.argv[1]]
 method = sys.argv[2]
 L = 2
-h = 576
-f = 1536
-cfg = LlamaConfig(
-    hidden_size=h,
-    intermediate_size=f,
-    num_hidden_layers=L,
-    num_attention_heads=9,
-    num_key_value_heads=3,
-    head_dim=64,
-    vocab_size=1000,
-    tie_word_embeddings=True,
-)
+shape = dict(ARCHS["llama"], num_hidden_layers=L, vocab_size=1000)
+h, f = shape["hidden_size"], shape["intermediate_size"]
+cfg = AutoConfig.for_model(**shape)
 torch.manual_seed(0)
 model = LlamaForCausalLM(cfg).to(dtype)
 model.config._attn_implementation = "sdpa"
