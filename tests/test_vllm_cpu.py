@@ -173,7 +173,8 @@ def test_the_plan_counts_the_cpu_engine_and_sizes_its_kv_cache_as_training_does(
     arch = architectures.resolve(recipe)
     with_vllm, without = memory_plan(recipe, arch, "cpu", 24 * 2**30), memory_plan(plain, arch, "cpu", 24 * 2**30)
     terms = {t.name: t for t in with_vllm.terms}
-    assert {"vLLM weights", "vLLM KV cache", "vLLM runtime"} <= set(terms)
+    assert {"vLLM weights", "vLLM packed vocabulary", "vLLM KV cache", "vLLM runtime"} <= set(terms)
+    assert terms["vLLM packed vocabulary"].bytes == arch.vocab_size * arch.hidden_size * 4  # tied: one module, float32
     assert "generation KV cache" not in terms and "generation KV cache" in {t.name for t in without.terms}
     assert with_vllm.peak_rss > without.peak_rss
     prepare_environment(recipe)

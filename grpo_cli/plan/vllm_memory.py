@@ -16,10 +16,12 @@ from grpo_cli.plan.sharding import Term
 from grpo_cli.recipe.schema import Recipe
 
 GIB = 2**30
-# vLLM's libraries, compiled kernels and engine buffers, beyond its weights and KV cache, as resident memory of the
-# trainer's process. FITTED on one run, the demo with grpo.use_vllm=true (docs/vllm.md, Memory): the gap between its
-# measured peak RSS and the plan without this term.
-VLLM_CPU_RUNTIME_GIB = 0.6
+# vLLM's libraries, compiled kernels and engine buffers, beyond its weights, packed vocabulary and KV cache, as resident
+# memory of the trainer's process. FITTED on two float32 runs with grpo.use_vllm=true (docs/vllm.md, Memory): the demo
+# (5.35-5.44 GiB peak RSS) and GSM8K take four's d1 on Qwen2.5-Coder-0.5B (14.0-14.7 GiB), so that neither is planned
+# under. Started alone, the engine holds more beyond those terms (0.6-1.2 GiB: benchmarks/vllm_cpu_engine_memory.txt);
+# inside the trainer part of it is memory the process already holds.
+VLLM_CPU_RUNTIME_GIB = 0.4
 # vLLM rounds each sequence up to whole blocks and keeps a scheduling margin: the KV cache is sized with room to spare.
 KV_MARGIN = 1.2
 
@@ -41,8 +43,11 @@ def kv_cache_space_gib(recipe: Recipe, arch: Architecture) -> int:
 def vllm_cpu_terms(recipe: Recipe, arch: Architecture, w: int) -> list[Term]:
     """The engine's weights (in the recipe's dtype: train/vllm_cpu.py starts it so) and its KV cache."""
     kv = kv_cache_space_gib(recipe, arch)
+    embeddings = 1 if arch.tie_word_embeddings else 2
+    packed = embeddings * arch.vocab_size * arch.hidden_size * w
     return [
         Term("vLLM weights", arch.params * w, "static", f"vLLM's own copy, P {arch.params / 1e6:.1f}M x {w} B"),
+        Term("vLLM packed vocabulary", packed, "static", f"{embeddings} embedding(s) also packed for its GEMM kernels"),
         Term("vLLM KV cache", kv * GIB, "static", f"VLLM_CPU_KVCACHE_SPACE = {kv} GiB, held for the whole run"),
         Term("vLLM runtime", VLLM_CPU_RUNTIME_GIB * GIB, "static", "its libraries and engine buffers (fitted)"),
     ]
