@@ -32,7 +32,7 @@ def test_multi_gpu_table_matches_grpo_plan():
 def test_plan_doc_example_matches_grpo_plan():
     doc = (ROOT / "docs" / "plan.md").read_text()
     example = doc[doc.index("$ grpo plan recipes/qwen2.5/1.5b_full.yaml") :].split("```")[0]
-    out = plan_output("recipes/qwen2.5/1.5b_full.yaml", "training.optim=adamw_torch", "--gpu", "12GB")
+    out = plan_output("recipes/qwen2.5/1.5b_full.yaml", "training.optim=adamw_torch", "--gpu", "16GB")
     quoted = [line for line in example.splitlines()[1:] if line.strip() and line.strip() != "..."]
     assert quoted
     for line in quoted:

@@ -127,7 +127,8 @@ def memory_plan(
 
     static = sum(t.bytes for t in terms if t.phase == "static")
     generation = sum(t.bytes for t in terms if t.phase == "generation")
-    training, warmup = _phase_peak(terms, "training"), _phase_peak(terms, "warm-up")
+    training = _phase_peak(terms, "training", recipe.training.gradient_accumulation_steps > 1)
+    warmup = _phase_peak(terms, "warm-up", recipe.warmup is not None and recipe.warmup.gradient_accumulation_steps > 1)
     # The warm-up runs before GRPO builds its reference model: the larger of the two stages decides the fit.
     warmup_peak = static - sum(t.bytes for t in terms if t.name == "reference model") + warmup if warmup else 0.0
     peak = max(static + max(generation, training), warmup_peak)
@@ -140,11 +141,13 @@ def memory_plan(
     )
 
 
-def _phase_peak(terms: list[Term], phase: str) -> float:
-    """A training phase's peak: at the LM head's backward (every activation still alive, no parameter gradient yet),
-    with checkpointing possibly at a layer's recompute (the head's tiles freed by then), or at the optimizer step
-    (every gradient, activations gone), whichever is largest."""
-    at_head_backward = sum(t.bytes for t in terms if t.phase == phase)
+def _phase_peak(terms: list[Term], phase: str, accumulating: bool) -> float:
+    """A training phase's peak: at the LM head's backward (every activation still alive, no parameter gradient yet,
+    except that with gradient accumulation every micro-batch after the first runs beside the gradients summed so
+    far), with checkpointing possibly at a layer's recompute (the head's tiles freed by then), or at the optimizer
+    step (every gradient, activations gone), whichever is largest."""
+    held = sum(t.bytes for t in terms if accumulating and t.phase == f"{phase}-late" and t.name.endswith("gradients"))
+    at_head_backward = held + sum(t.bytes for t in terms if t.phase == phase)
     head = sum(t.bytes for t in terms if t.phase == phase and t.name.endswith(HEAD_TERM))
     at_recompute = at_head_backward - head + sum(t.bytes for t in terms if t.phase == f"{phase}-recompute")
     at_optimizer_step = sum(t.bytes for t in terms if t.phase == f"{phase}-late")
@@ -282,15 +285,8 @@ def _training_terms(recipe: Recipe, arch: Architecture, device: str, w: int, B: 
         head += V * h * (4 + w)  # float32 lm_head gradient accumulator, then its cast to the weight dtype
         head_formula += " + float32 lm_head grad"
     terms.append(Term(HEAD_TERM, head, "training", head_formula))
-    unchunked = 2 * w * B * S * V
-    terms.append(
-        Term(
-            "logits if unchunked",
-            unchunked,
-            "comparison",
-            f"2 x {w} B x B {B} x S {S} x V {V}: what an unchunked trainer would hold instead",
-        )
-    )
+    unchunked = f"2 x {w} B x B {B} x S {S} x V {V}: what an unchunked trainer would hold instead"
+    terms.append(Term("logits if unchunked", 2 * w * B * S * V, "comparison", unchunked))
     grads = trainable * param_bytes
     terms.append(Term("gradients", grads, "training-late", f"P_t {trainable / 1e6:.2f}M x {param_bytes} B"))
     step = static_memory.optimizer_step_temporaries(recipe, device, trainable, param_bytes)
