@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -47,6 +49,43 @@ def check_writable_dir(directory: Path, create: bool = True) -> None:
         raise UserError(f"{existing} is a file, so {directory} cannot be a folder; choose another path")
     if not os.access(existing, os.W_OK | os.X_OK):
         raise UserError(f"cannot write into {existing} (permission denied); choose another path")
+
+
+@contextmanager
+def sole_writer(directory: Path, command: str) -> Iterator[None]:
+    """While the block runs, this process is the only grpo process writing `directory`: a second one (two
+    evaluations appending to one predictions file, two runs saving one checkpoint) is refused before it writes. The
+    lock is the kernel's (flock on the folder itself): it ends with the process however the process ends, so a
+    killed run leaves no stale lock and no lock file. Folders made here and left empty are removed again."""
+    import fcntl
+
+    try:
+        check_writable_dir(directory)  # names the file system allows, ancestors we may write into: nothing made yet
+        made = next((p for p in [*reversed(directory.parents), directory] if not p.exists()), None)
+        directory.mkdir(parents=True, exist_ok=True)
+        handle = os.open(directory, os.O_RDONLY)
+    except (OSError, UserError):  # not a folder that can be made or opened: the command's own checks refuse it
+        handle = None
+    if handle is None:
+        yield
+        return
+    try:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise UserError(
+                f"{directory} is being written by another grpo process right now; wait for it to end, or give "
+                f"{command} another output folder"
+            ) from None
+        yield
+    finally:
+        os.close(handle)
+        for folder in [directory, *directory.parents] if made else []:
+            if not folder.is_dir() or any(folder.iterdir()):
+                break
+            folder.rmdir()
+            if folder == made:
+                break
 
 
 def _name_max(directory: Path) -> int:

@@ -1,7 +1,7 @@
 """What a finished run or evaluation meets on disk, driven through the real CLI on a tiny model: weights cut short, a
 run's own recipe.yaml that no longer parses, a read-only evaluation folder, a name longer than the file system
-allows, evaluation records of other problems than the data holds. Each is one line naming the file, exit 2, no
-traceback, and nothing the user had is changed."""
+allows, evaluation records of other problems than the data holds, a folder another grpo process is writing. Each is
+one line naming the file, exit 2, no traceback, and nothing the user had is changed."""
 
 from __future__ import annotations
 
@@ -147,3 +147,50 @@ def test_records_of_other_problems_are_never_counted_on_resume(tmp_path, tiny_ll
     line = fails_cleanly(again, "1 of the 4 records", "other problems", "problem 2", "another --output", str(out))
     assert "delete" in line
     assert (out / "predictions.jsonl").read_bytes() == kept
+
+
+def files_of(folder: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def test_a_second_process_writing_the_same_folder_is_refused_and_changes_nothing(tmp_path, lora_run, tiny_llama):
+    """Two evaluations appending to one predictions file, or two runs saving into one run directory, would
+    interleave their writes: while a grpo process writes a folder, another `grpo eval` or `grpo train` into it is
+    refused in one line, and the folder is as it was. The lock ends with its holder."""
+    from grpo_cli.files import sole_writer
+
+    run = copy_of(lora_run, tmp_path / "copy")
+    before = files_of(run)
+    out = tmp_path / "eval"
+    evaluation = ["eval", "--model", str(tiny_llama), *EVAL, "--output", str(out), "model.dtype=float32"]
+    with sole_writer(run, "grpo train"), sole_writer(out, "grpo eval"):
+        resumed = runner.invoke(app, ["train", str(tmp_path / "copy" / "recipe.yaml"), "--resume"])
+        fails_cleanly(resumed, str(run), "being written by another grpo process")
+        evaluated = runner.invoke(app, evaluation)
+        fails_cleanly(evaluated, str(out), "being written by another grpo process", "another output folder")
+        assert list(out.iterdir()) == []
+    assert files_of(run) == before
+    assert not out.exists()  # made by the lock, left empty: removed again
+    assert runner.invoke(app, evaluation).exit_code == 0
+
+
+def test_a_killed_writer_leaves_no_stale_lock(tmp_path):
+    """The lock is the kernel's: a process killed with SIGKILL while it writes leaves the folder free at once."""
+    from grpo_cli.errors import UserError
+    from grpo_cli.files import sole_writer
+
+    folder = tmp_path / "run"
+    hold = (
+        "import sys, time\nfrom pathlib import Path\nfrom grpo_cli.files import sole_writer\n"
+        f"with sole_writer(Path({str(folder)!r}), 'grpo train'):\n    print('held', flush=True)\n    time.sleep(120)\n"
+    )
+    holder = subprocess.Popen([sys.executable, "-c", hold], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        with pytest.raises(UserError, match="being written by another grpo process"), sole_writer(folder, "grpo train"):
+            pass
+    finally:
+        holder.kill()
+        holder.wait()
+    with sole_writer(folder, "grpo train"):
+        assert folder.is_dir()

@@ -28,6 +28,7 @@ from grpo_cli.eval.scoring import FILTERS, score, summarize
 from grpo_cli.eval.store import PredictionStore, previous_session
 from grpo_cli.eval.targets import Target
 from grpo_cli.eval.task import TaskScorer, task_problems, task_settings, task_source
+from grpo_cli.files import sole_writer
 from grpo_cli.recipe.eval_section import EvalSection
 from grpo_cli.recipe.schema import Recipe
 from grpo_cli.runs.layout import SUMMARY_FILE
@@ -88,7 +89,12 @@ def settings_of(recipe: Recipe, target: Target, compute_dtype: str | None = None
 
 def evaluate(recipe: Recipe, target: Target, output: Path, display=None, engine: str = "auto") -> EvalResult:
     """Score every problem of the split (up to eval.limit) that `output` does not hold yet, generating with `engine`
-    (grpo_cli/eval/engines.py)."""
+    (grpo_cli/eval/engines.py); no other grpo process writes `output` meanwhile."""
+    with sole_writer(output, "grpo eval --output"):
+        return _evaluate(recipe, target, output, display, engine)
+
+
+def _evaluate(recipe: Recipe, target: Target, output: Path, display, engine: str) -> EvalResult:
     ev = recipe.eval
     from grpo_cli.progress import quiet_libraries
 

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
@@ -11,6 +12,7 @@ from typing import TYPE_CHECKING
 from rich.console import Console
 
 from grpo_cli.errors import UserError
+from grpo_cli.files import sole_writer
 from grpo_cli.recipe.schema import Recipe
 from grpo_cli.runs.validation_curve import best_line
 from grpo_cli.train.runtime import check_runtime
@@ -40,13 +42,15 @@ def run(
     from grpo_cli.train import distributed
 
     skip_unused_bitsandbytes(recipe, own_process)
-    if distributed.wants_launch(recipe):
-        return distributed.launch(recipe, resume, echo=echo)
-    try:
-        result = train(recipe, resume=resume, validate=validate)
-    except KeyboardInterrupt:  # before the first step (loading) or a second Ctrl-C: nothing to save
-        echo("interrupted")
-        return 130
+    # One run at a time in a run directory; under `accelerate launch` the launcher holds it for its ranks.
+    with nullcontext() if distributed.is_launched_rank() else sole_writer(recipe.output_dir, "grpo train"):
+        if distributed.wants_launch(recipe):
+            return distributed.launch(recipe, resume, echo=echo)
+        try:
+            result = train(recipe, resume=resume, validate=validate)
+        except KeyboardInterrupt:  # before the first step (loading) or a second Ctrl-C: nothing to save
+            echo("interrupted")
+            return 130
     return 130 if result.interrupted else 0
 
 
