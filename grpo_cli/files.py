@@ -77,6 +77,8 @@ def sole_writer(directory: Path, command: str) -> Iterator[None]:
                 f"{directory} is being written by another grpo process right now; wait for it to end, or give "
                 f"{command} another output folder"
             ) from None
+        except OSError:  # a file system without locks (some network mounts): the command runs unguarded, as before
+            pass
         yield
     finally:
         os.close(handle)

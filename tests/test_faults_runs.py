@@ -194,3 +194,20 @@ def test_a_killed_writer_leaves_no_stale_lock(tmp_path):
         holder.wait()
     with sole_writer(folder, "grpo train"):
         assert folder.is_dir()
+
+
+def test_a_file_system_without_locks_runs_the_command_unguarded(tmp_path, monkeypatch):
+    """Some network mounts refuse flock (ENOLCK): the command runs as it did before the lock, without a traceback."""
+    import errno
+    import fcntl
+
+    from grpo_cli.files import sole_writer
+
+    def no_locks(*_):
+        raise OSError(errno.ENOLCK, "No locks available")
+
+    monkeypatch.setattr(fcntl, "flock", no_locks)
+    ran = []
+    with sole_writer(tmp_path / "run", "grpo train"):
+        ran.append((tmp_path / "run").is_dir())
+    assert ran == [True]
