@@ -3,14 +3,7 @@
 # seconds until pip is done and until the demo's first training step; then the run is stopped.
 #   bash benchmarks/fresh_install.sh
 set -euo pipefail
-root=$(cd "$(dirname "$0")/.." && pwd)
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
-git clone -q "$root" "$work/grpo"
-cd "$work/grpo"
-python3 -m venv .venv
-. .venv/bin/activate
-export GRPO_CACHE="$work/cache"  # the first-time .gguf conversion counts too
+. "$(dirname "$0")/fresh_clone.sh"
 command=$(awk '/^```bash$/{getline; print; exit}' README.md)
 echo "README command 1: $command"
 start=$(date +%s.%N)

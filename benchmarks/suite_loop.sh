@@ -6,15 +6,8 @@
 #   bash benchmarks/suite_loop.sh [N]        # N defaults to 10
 set -euo pipefail
 runs=${1:-10}
-root=$(cd "$(dirname "$0")/.." && pwd)
+. "$(dirname "$0")/fresh_clone.sh"
 out="$root/benchmarks/suite_loop.txt"
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
-git clone -q "$root" "$work/grpo"
-cd "$work/grpo"
-python3 -m venv .venv
-. .venv/bin/activate
-export GRPO_CACHE="$work/cache"  # an empty model cache: the first run converts the demo model as a new user's does
 command=$(awk '/^```bash$/{n++} n==2{getline; print; exit}' README.md)
 tests=${command##*&& }  # the test part of the command: "python -m pytest -q"
 [[ $tests == *pytest* ]] || { echo "README command 2 has no pytest part: $command" >&2; exit 1; }
