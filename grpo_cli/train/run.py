@@ -68,7 +68,8 @@ def train(
     check_runtime(recipe)
     early = early_examples(recipe, resume)  # a bad warm-up source is refused before anything is written
     checkpoint = _start(recipe, resume, console)
-    warn = partial(console.print, style="yellow", highlight=False)
+    # soft_wrap: each warning stays one line in a log file (the terminal still wraps it for the eye).
+    warn = partial(console.print, style="yellow", highlight=False, soft_wrap=True)
     reward_funcs = guarded_rewards(recipe, warn=warn)
     console.print(
         f"[bold]grpo train[/] {recipe.run_name}: {recipe.method} on {recipe.model.name} "
