@@ -285,8 +285,8 @@ def _training_terms(recipe: Recipe, arch: Architecture, device: str, w: int, B: 
         head += V * h * (4 + w)  # float32 lm_head gradient accumulator, then its cast to the weight dtype
         head_formula += " + float32 lm_head grad"
     terms.append(Term(HEAD_TERM, head, "training", head_formula))
-    unchunked = f"2 x {w} B x B {B} x S {S} x V {V}: what an unchunked trainer would hold instead"
-    terms.append(Term("logits if unchunked", 2 * w * B * S * V, "comparison", unchunked))
+    unchunked_formula = f"2 x {w} B x B {B} x S {S} x V {V}: what an unchunked trainer would hold instead"
+    terms.append(Term("logits if unchunked", 2 * w * B * S * V, "comparison", unchunked_formula))
     grads = trainable * param_bytes
     terms.append(Term("gradients", grads, "training-late", f"P_t {trainable / 1e6:.2f}M x {param_bytes} B"))
     step = static_memory.optimizer_step_temporaries(recipe, device, trainable, param_bytes)
