@@ -86,10 +86,11 @@ def test_trained_weights_reach_the_cpu_engine(tmp_path, vllm_model):
 
 
 @pytest.mark.vllm
-def test_the_cpu_engine_runs_eagerly_in_the_recipes_dtype_not_the_checkpoints(tmp_path, vllm_model):
-    """TRL lets vLLM take the dtype a checkpoint stores (bfloat16 for Qwen2.5); a float32 recipe must generate in
-    float32 (emulated bfloat16 is far slower on an AVX2 CPU, benchmarks/vllm_cpu_dtype.txt), without vLLM's compiled
-    graphs (minutes at each start)."""
+def test_the_cpu_engine_runs_eagerly_in_the_training_precision_not_the_checkpoints(tmp_path, vllm_model):
+    """TRL lets vLLM take the dtype a checkpoint stores (bfloat16 for Qwen2.5); a recipe that trains in float32 must
+    generate in float32 (emulated bfloat16 is far slower on an AVX2 CPU, benchmarks/vllm_cpu_dtype.txt), without
+    vLLM's compiled graphs (minutes at each start). Pinned to float32 here: under `auto` a CPU with AVX512-BF16
+    multiplies, and so generates, in bfloat16."""
     pytest.importorskip("vllm")
     import shutil
 
@@ -101,7 +102,7 @@ def test_the_cpu_engine_runs_eagerly_in_the_recipes_dtype_not_the_checkpoints(tm
     config = json.loads((stored_bf16 / "config.json").read_text())
     config["dtype"] = config["torch_dtype"] = "bfloat16"
     (stored_bf16 / "config.json").write_text(json.dumps(config))
-    recipe = load_recipe(vllm_recipe(tmp_path, stored_bf16))
+    recipe = load_recipe(vllm_recipe(tmp_path, stored_bf16), ["model.mixed_precision=no"])
     assert recipe.model.dtype == "float32"
     trainer, _ = build_trainer(recipe, tmp_path / "run")
     config = trainer.vllm_generation.llm.llm_engine.model_config
@@ -168,8 +169,8 @@ def test_the_plan_counts_the_cpu_engine_and_sizes_its_kv_cache_as_training_does(
     root = Path(__file__).resolve().parent.parent
     monkeypatch.delenv("VLLM_CPU_KVCACHE_SPACE", raising=False)
     monkeypatch.delenv("VLLM_ENABLE_V1_MULTIPROCESSING", raising=False)
-    plain = load_recipe(root / "recipes" / "demo.yaml")
-    recipe = load_recipe(root / "recipes" / "demo.yaml", ["grpo.use_vllm=true"])
+    plain = load_recipe(root / "recipes" / "demo.yaml", ["model.mixed_precision=no"])
+    recipe = load_recipe(root / "recipes" / "demo.yaml", ["grpo.use_vllm=true", "model.mixed_precision=no"])
     arch = architectures.resolve(recipe)
     with_vllm, without = memory_plan(recipe, arch, "cpu", 24 * 2**30), memory_plan(plain, arch, "cpu", 24 * 2**30)
     terms = {t.name: t for t in with_vllm.terms}
@@ -177,6 +178,11 @@ def test_the_plan_counts_the_cpu_engine_and_sizes_its_kv_cache_as_training_does(
     assert terms["vLLM packed vocabulary"].bytes == arch.vocab_size * arch.hidden_size * 4  # tied: one module, float32
     assert "generation KV cache" not in terms and "generation KV cache" in {t.name for t in without.terms}
     assert with_vllm.peak_rss > without.peak_rss
+    # under bf16 autocast the engine generates in bfloat16 (train/vllm_cpu.py): its copies are half the size
+    bf16 = load_recipe(root / "recipes" / "demo.yaml", ["grpo.use_vllm=true", "model.mixed_precision=bf16"])
+    bf16_terms = {t.name: t.bytes for t in memory_plan(bf16, arch, "cpu", 24 * 2**30).terms}
+    assert bf16_terms["vLLM packed vocabulary"] == arch.vocab_size * arch.hidden_size * 2
+    assert bf16_terms["vLLM weights"] == terms["vLLM weights"].bytes / 2
     prepare_environment(recipe)
     assert terms["vLLM KV cache"].bytes == int(os.environ["VLLM_CPU_KVCACHE_SPACE"]) * 2**30
     assert os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] == "0"

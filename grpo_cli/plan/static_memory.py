@@ -69,7 +69,9 @@ def static_terms(recipe: Recipe, arch: Architecture, device: str, w: int) -> lis
     if recipe.grpo.use_vllm and device == "cpu":
         from grpo_cli.plan.vllm_memory import vllm_cpu_terms
 
-        terms += vllm_cpu_terms(recipe, arch, w)
+        # the engine generates in the precision training multiplies in (train/vllm_cpu.py)
+        engine_w = 2 if mixed_precision_on(recipe, device) in ("bf16", "fp16") else w
+        terms += vllm_cpu_terms(recipe, arch, engine_w)
     return terms
 
 

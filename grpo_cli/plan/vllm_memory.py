@@ -41,7 +41,7 @@ def kv_cache_space_gib(recipe: Recipe, arch: Architecture) -> int:
 
 
 def vllm_cpu_terms(recipe: Recipe, arch: Architecture, w: int) -> list[Term]:
-    """The engine's weights (in the recipe's dtype: train/vllm_cpu.py starts it so) and its KV cache."""
+    """The engine's weights (w: the dtype it generates in, train/vllm_cpu.py) and its KV cache."""
     kv = kv_cache_space_gib(recipe, arch)
     embeddings = 1 if arch.tie_word_embeddings else 2
     packed = embeddings * arch.vocab_size * arch.hidden_size * w

@@ -40,10 +40,11 @@ def build_trainer(
     on_cpu, mixed = _precision_here(recipe)
     engine_settings = nullcontext()
     if on_cpu and recipe.grpo.use_vllm:
+        from grpo_cli.recipe.precision import inference_dtype
         from grpo_cli.train.vllm_cpu import cpu_engine_settings, prepare_environment
 
         prepare_environment(recipe)  # before TRL builds the engine inside the trainer
-        engine_settings = cpu_engine_settings(recipe.model.dtype)
+        engine_settings = cpu_engine_settings(inference_dtype(recipe, on_cpu=True))
     model = _load_model(recipe, on_cpu, mixed)
     peft_config = models.lora_config(recipe.lora) if recipe.lora is not None else None
     if start_weights is not None:  # the same adapter keeps training: TRL takes the PEFT model as it is

@@ -14,8 +14,9 @@ and packs them again; this hands it TRL's own iterator (PEFT merged, names as vL
 
 TRL starts the engine without a dtype, so vLLM takes the checkpoint's stored one (bfloat16 for Qwen2.5) even where
 the policy trains in float32; on a CPU without AVX512-BF16 that is emulated and generates several times slower than
-float32 (benchmarks/vllm_cpu_dtype.txt). The engine is started in the recipe's dtype instead, which also keeps
-generation and training at one precision. It also runs eagerly, as grpo eval's engine does on a CPU: vLLM's compiled
+float32 (benchmarks/vllm_cpu_dtype.txt). The engine is started in the dtype training multiplies in instead
+(`inference_dtype`, as `grpo eval` generates: float32 there, bfloat16 where float32 weights train under bf16
+autocast), which keeps generation and training at one precision. It also runs eagerly, as grpo eval's engine does on a CPU: vLLM's compiled
 graphs generate a little faster but take minutes to build at every start (same file), more than a CPU run of a few
 dozen steps gains back.
 
