@@ -158,6 +158,10 @@ CUDA_MATRIX = {
     "qwen0.5b-full-g4-c512": config("qwen2.5-0.5b", g=4, c=512),
     "llama1b-full-g8-c512": config("llama-3.2-1b", g=8, c=512),
     "qwen1.5b-lora-g8-c256": config("qwen2.5-1.5b", "lora", g=8, c=256),
+    # Not used to find the layer-backward transients (plan/backward_transients.py): their out-of-sample check.
+    "llama1b-lora-gc-g8-c512": config("llama-3.2-1b", "lora", gc=True, g=8, c=512),
+    "qwen0.5b-lora-gc-g16-c256": config("qwen2.5-0.5b", "lora", gc=True, g=16, c=256),
+    "qwen1.5b-qlora-gc-g8-c512": config("qwen2.5-1.5b", "qlora", gc=True, g=8, c=512),
 }
 TINY_QUANT = {  # float32: CPUs without AVX512-BF16 emulate bfloat16, several times slower
     "tiny-llama-qlora-adam8": config("tiny-llama", "qlora", g=4, c=16, optim="adamw_8bit", dtype="float32"),

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 
 from grpo_cli.plan import static_memory
 from grpo_cli.plan.architectures import Architecture
+from grpo_cli.plan.backward_transients import layer_backward_transients
 from grpo_cli.plan.sharding import Term, per_process
 from grpo_cli.plan.static_memory import bytes_per_trainable, mixed_precision_on, static_terms, trainable_params
 from grpo_cli.recipe.schema import Recipe
@@ -260,6 +261,7 @@ def _training_terms(recipe: Recipe, arch: Architecture, device: str, w: int, B: 
         activations = T * L * per_token_layer
         act_formula = f"T {T} tokens x L {L} x {per_token_layer / 1e3:.1f} KB/token (no checkpointing)"
     terms.append(Term("activations", activations, "training", act_formula))
+    terms += layer_backward_transients(recipe, arch, device, T, w, param_bytes)
     if lora is None and w == 4 and mixed != "no":
         # Autocast caches its low-precision copy of each trainable float32 weight for the forward, and autograd
         # keeps it for the backward (torch autocast's weight cache): 2 B/param until the backward ends.

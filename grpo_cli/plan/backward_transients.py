@@ -1,0 +1,45 @@
+"""What a CUDA step holds for one decoder layer's backward beyond the activations the plan keeps per layer, as
+torch's allocator trace of an H100 showed it (benchmarks/gpu/README.md, "Where the plan was short"). The CPU rows'
+fitted activation constants (memory.py) already hold whatever of this a CPU step keeps, so these apply on CUDA only.
+"""
+
+from __future__ import annotations
+
+from grpo_cli.plan.architectures import Architecture
+from grpo_cli.plan.sharding import Term
+from grpo_cli.recipe.schema import Recipe
+
+
+def layer_backward_transients(recipe: Recipe, arch: Architecture, device: str, T: int, w: int, param_bytes: int):
+    """Terms of the phase the layer's backward peaks in: with checkpointing the recomputed layer's, else training's."""
+    if device == "cpu":
+        return []
+    phase = "training-recompute" if recipe.model.gradient_checkpointing else "training"
+    terms = []
+    lora, f = recipe.lora, arch.intermediate_size
+    if lora is not None and param_bytes != w:
+        # PEFT's _cast_input_dtype gives lora_A a copy of the Linear's input in the adapters' float32; one of them,
+        # the widest (down_proj's f), was alive at every LoRA peak (0.15-0.16 GiB on the H100 rows).
+        widest = max(
+            i for n, i, _ in arch.linear_shapes() if lora.target_modules == ["all-linear"] or n in lora.target_modules
+        )
+        terms.append(
+            Term(
+                "adapter input cast",
+                T * widest * param_bytes,
+                phase,
+                f"T {T} x {widest} x {param_bytes} B (PEFT's float32 copy of one input)",
+            )
+        )
+    if recipe.model.gradient_checkpointing:
+        # The recomputed layer's backward holds the gradients of the MLP's two f-wide activations (gate and up) while
+        # it forms theirs: what the recomputed layer held beyond the plan's forward figure.
+        terms.append(
+            Term(
+                "recomputed layer gradients",
+                2 * T * f * w,
+                phase,
+                f"2 x T {T} x f {f} x {w} B (MLP activation gradients)",
+            )
+        )
+    return terms
