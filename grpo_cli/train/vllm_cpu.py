@@ -16,9 +16,9 @@ TRL starts the engine without a dtype, so vLLM takes the checkpoint's stored one
 the policy trains in float32; on a CPU without AVX512-BF16 that is emulated and generates several times slower than
 float32 (benchmarks/vllm_cpu_dtype.txt). The engine is started in the dtype training multiplies in instead
 (`inference_dtype`, as `grpo eval` generates: float32 there, bfloat16 where float32 weights train under bf16
-autocast), which keeps generation and training at one precision. It also runs eagerly, as grpo eval's engine does on a CPU: vLLM's compiled
-graphs generate a little faster but take minutes to build at every start (same file), more than a CPU run of a few
-dozen steps gains back.
+autocast), which keeps generation and training at one precision. It also runs eagerly, as grpo eval's engine does
+on a CPU: vLLM's compiled graphs generate a little faster but take minutes to build at every start (same file), more
+than a CPU run of a few dozen steps gains back.
 
 TRL's iterator merges the adapter, yields each merged tensor's storage and unmerges once it is exhausted: each tensor
 is copied as it is yielded, or an engine that reads the iterator to the end before loading would receive the unmerged
