@@ -292,6 +292,28 @@ def test_lora_under_autocast_counts_frozen_linears_once_cast():
     assert cast == arch.linear_params * 2 + (arch.params - arch.linear_params) * 4
     full = plan_for(recipe, "model.dtype=float32", "model.mixed_precision=bf16").term("weights").bytes
     assert full == arch.params * 4  # full fine-tuning trains them: float32 masters
+    # with vLLM the sync merges the adapter into the frozen weights, so they stay float32 (frozen_weights.py)
+    with_vllm = load_recipe(recipe, [*lora, "model.mixed_precision=bf16", "grpo.use_vllm=true"])
+    assert memory_plan(with_vllm, arch, "cpu").term("weights").bytes == arch.params * 4
+
+
+def test_a_lora_layers_backward_on_cuda_holds_the_input_cast_and_the_recomputed_mlps_gradients():
+    """Seen in an H100 allocator trace: one layer's backward holds PEFT's float32 copy of its widest adapted input and,
+    recomputed under checkpointing, the gradients of the MLP's two f-wide activations; both after the head's backward.
+    Target modules that name no Linear of the model (a typo the recipe cannot check) plan without the cast."""
+    recipe = ROOT / "recipes/qwen2.5/1.5b_lora.yaml"
+    base = ["model.dtype=bfloat16", "model.gradient_checkpointing=true"]
+    plan = plan_for(recipe, *base)
+    arch = architectures.resolve(load_recipe(recipe, base))
+    T = plan.term("activations").bytes // (arch.num_layers * arch.hidden_size * 2)  # layer-input checkpoints
+    cast, grads = plan.term("adapter input cast"), plan.term("recomputed layer gradients")
+    assert cast.bytes == T * arch.intermediate_size * 4 and cast.phase == "training-recompute"
+    assert grads.bytes == 2 * T * arch.intermediate_size * 2 and grads.phase == "training-recompute"
+    names = lambda plan: {t.name for t in plan.terms}  # noqa: E731
+    cpu = memory_plan(load_recipe(recipe, base), arch, "cpu")
+    assert not {"adapter input cast", "recomputed layer gradients"} & names(cpu)  # in the CPU's fitted constants
+    typo = plan_for(recipe, *base, "lora.target_modules=[qkv_proj]")
+    assert "adapter input cast" not in names(typo) and "recomputed layer gradients" in names(typo)
 
 
 def test_plan_says_tool_results_share_the_completion_budget():

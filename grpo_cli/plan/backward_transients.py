@@ -11,18 +11,22 @@ from grpo_cli.recipe.schema import Recipe
 
 
 def layer_backward_transients(recipe: Recipe, arch: Architecture, device: str, T: int, w: int, param_bytes: int):
-    """Terms of the phase the layer's backward peaks in: with checkpointing the recomputed layer's, else training's."""
+    """Terms of the layer backwards' phase, after the head's backward has freed its tiles (with checkpointing, the
+    recomputed layer's; without it the trace showed the same: the cast alive at the peak, no head block)."""
     if device == "cpu":
         return []
-    phase = "training-recompute" if recipe.model.gradient_checkpointing else "training"
+    phase = "training-recompute"
     terms = []
     lora, f = recipe.lora, arch.intermediate_size
-    if lora is not None and param_bytes != w:
+    adapted = [
+        i
+        for n, i, _ in arch.linear_shapes()
+        if lora and (lora.target_modules == ["all-linear"] or n in lora.target_modules)
+    ]
+    if adapted and param_bytes != w:
         # PEFT's _cast_input_dtype gives lora_A a copy of the Linear's input in the adapters' float32; one of them,
         # the widest (down_proj's f), was alive at every LoRA peak (0.15-0.16 GiB on the H100 rows).
-        widest = max(
-            i for n, i, _ in arch.linear_shapes() if lora.target_modules == ["all-linear"] or n in lora.target_modules
-        )
+        widest = max(adapted)
         terms.append(
             Term(
                 "adapter input cast",

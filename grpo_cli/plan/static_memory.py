@@ -94,8 +94,10 @@ def _weights(recipe: Recipe, arch: Architecture, device: str, w: int) -> Term:
         and w == 4
         and mixed_precision_on(recipe, device) != "no"
         and recipe.distributed.strategy not in ("zero3", "fsdp")
+        and not recipe.grpo.use_vllm
     ):
-        # Frozen Linear weights are cast once to the autocast dtype (grpo_cli/train/frozen_weights.py).
+        # Frozen Linear weights are cast once to the autocast dtype (grpo_cli/train/frozen_weights.py; not with vLLM,
+        # whose sync merges the adapter into them).
         weights = arch.linear_params * 2 + (P - arch.linear_params) * w
         formula = f"frozen Linear {arch.linear_params / 1e6:.0f}M x 2 B (cast once for autocast) + other x {w} B"
     else:
