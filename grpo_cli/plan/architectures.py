@@ -50,9 +50,13 @@ class Architecture:
             ("down_proj", f, h),
         ]
 
+    def adapted_shapes(self, targets: list[str]) -> list[tuple[str, int, int]]:
+        """The decoder Linears LoRA adapts; `all-linear` adapts every one, not lm_head."""
+        return [(n, i, o) for n, i, o in self.linear_shapes() if targets == ["all-linear"] or n in targets]
+
     def linear_inputs(self, target_modules: list[str]) -> int:
         """Input elements per token of the Linear layers LoRA adapts (each adapter keeps its own copy)."""
-        return sum(i for n, i, _ in self.linear_shapes() if target_modules == ["all-linear"] or n in target_modules)
+        return sum(i for _, i, _ in self.adapted_shapes(target_modules))
 
     @property
     def distinct_linear_inputs(self) -> int:
@@ -76,9 +80,8 @@ class Architecture:
         return self.linear_params + self.num_layers * (bias + norms) + self.embedding_params + self.hidden_size
 
     def lora_params(self, r: int, targets: list[str]) -> int:
-        """r x (in + out) per adapted Linear; `all-linear` adapts every decoder Linear, not lm_head."""
-        chosen = [(n, i, o) for n, i, o in self.linear_shapes() if targets == ["all-linear"] or n in targets]
-        return self.num_layers * sum(r * (i + o) for _, i, o in chosen)
+        """r x (in + out) per adapted Linear."""
+        return self.num_layers * sum(r * (i + o) for _, i, o in self.adapted_shapes(targets))
 
 
 def _arch(name, h, layers, heads, kv, hd, ffn, vocab, tied, bias=False, positions=None) -> Architecture:

@@ -18,15 +18,11 @@ def layer_backward_transients(recipe: Recipe, arch: Architecture, device: str, T
     phase = "training-recompute"
     terms = []
     lora, f = recipe.lora, arch.intermediate_size
-    adapted = [
-        i
-        for n, i, _ in arch.linear_shapes()
-        if lora and (lora.target_modules == ["all-linear"] or n in lora.target_modules)
-    ]
+    adapted = arch.adapted_shapes(lora.target_modules) if lora is not None else []
     if adapted and param_bytes != w:
         # PEFT's _cast_input_dtype gives lora_A a copy of the Linear's input in the adapters' float32; one of them,
         # the widest (down_proj's f), was alive at every LoRA peak (0.15-0.16 GiB on the H100 rows).
-        widest = max(adapted)
+        widest = max(i for _, i, _ in adapted)
         terms.append(
             Term(
                 "adapter input cast",
