@@ -87,6 +87,18 @@ def test_groups_with_variance_still_train(tmp_path, tiny_llama):
     assert all(torch.isfinite(torch.tensor(m["loss"])) for m in metrics)
 
 
+def test_keep_counts_flat_groups_that_trls_batch_deviation_misses(tmp_path, tiny_llama):
+    """With `keep` every group trains, and the flat ones are still counted: under scale_rewards: batch, TRL's
+    frac_reward_zero_std tests the batch's deviation and reads 0 while some groups are flat."""
+    metrics = run(tmp_path, tiny_llama, "half_flat", steps=4, zero_variance_groups="keep", scale_rewards="batch")
+    flat = [m["zero_variance/groups_flat"] for m in metrics]
+    assert 0 < sum(flat) < 16, flat
+    assert all(m["frac_reward_zero_std"] == 0.0 for m in metrics)
+    assert not any("zero_variance/groups_skipped" in m for m in metrics)
+    weights = trainable(tmp_path / "run")
+    assert any(torch.count_nonzero(t) > 0 for name, t in weights.items() if "lora_B" in name)
+
+
 def flat_and_informative_output() -> tuple[dict, torch.Tensor]:
     """What TRL's generate-and-score returns for two groups of 2 rows, the first group flat."""
     output = {

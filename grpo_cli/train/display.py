@@ -12,7 +12,13 @@ from grpo_cli.progress import progress_bar
 from grpo_cli.runs.layout import headline_keys
 from grpo_cli.runs.validation_curve import PREFIX, SECONDS_KEY, accuracy_keys
 
-SHOWN = (("reward", "reward"), ("kl", "kl"), ("completions/mean_length", "len"), ("loss", "loss"))
+SHOWN = (
+    ("reward", "reward"),
+    ("kl", "kl"),
+    ("completions/mean_length", "len"),
+    ("zero_variance/groups_flat", "flat groups"),
+    ("loss", "loss"),
+)
 
 
 def _fmt(value: Any) -> str:

@@ -3,8 +3,8 @@
 - `_generate_single_turn` (one generation round): runs inside the generation context chosen at construction (frozen
   weights under autocast, or the LoRA adapter merged, or nothing), pushes trained weights into a CPU vLLM engine once
   per step, and tells the phase listeners when the round starts and ends.
-- `_generate_and_score_completions` (the step's generation phase): tells the listeners, then skips or resamples
-  groups whose completions all scored the same (`grpo.zero_variance_groups`).
+- `_generate_and_score_completions` (the step's generation phase): tells the listeners, counts the groups whose
+  completions all scored the same, and skips or resamples them (`grpo.zero_variance_groups`).
 - `_calculate_rewards`: keeps the gathered rewards for that decision.
 The loss, the optimizer and every log-prob stay TRL's. The private names used are listed and checked in
 trl_seams.py; build_trainer (trainer.py) is the only place that constructs this class.
@@ -83,7 +83,13 @@ class RecipeTrainer(GRPOTrainer):
             listener.generation_started()
         try:
             output = super()._generate_and_score_completions(inputs)
-            if self.zero_variance_mode == "keep" or not self.model.training:
+            if not self.model.training:
+                return output
+            if self.zero_variance_mode == "keep":
+                # Counted in every mode: TRL's `frac_reward_zero_std` tests the batch's deviation, not each group's,
+                # under scale_rewards: batch, and reads 0 there however many groups are flat.
+                _, flat_groups = self._informative_rows(output)
+                self._metrics["train"]["zero_variance/groups_flat"].append(float(flat_groups))
                 return output
             return self._without_flat_groups(output)
         finally:

@@ -17,8 +17,8 @@ SUPPORTED_TRL = "'trl>=1.16,<2'"
 TRAINER_METHODS = {
     "_generate_single_turn": "generates with precision handling, a merged adapter or a CPU vLLM engine, and counts "
     "generation rounds, by overriding",
-    "_generate_and_score_completions": "times the generation phase and skips or resamples zero-variance groups by "
-    "overriding",
+    "_generate_and_score_completions": "times the generation phase, counts zero-variance groups and skips or "
+    "resamples them by overriding",
     "_calculate_rewards": "reads the gathered rewards for zero-variance groups by overriding",
     "_save_checkpoint": "keeps the finished steps after a reward fails by calling",
 }
