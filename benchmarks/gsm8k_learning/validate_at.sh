@@ -1,0 +1,35 @@
+#!/bin/bash
+# A long run's validation at one step, unattended: wait until checkpoint-STEP is whole (the run's log shows the next
+# step begun), stop the run (SIGKILL right after a checkpoint loses nothing), keep the checkpoint whole beside the run
+# (its save_total_limit would delete it: validation picks the test's checkpoint from these), compare it with the
+# shared base evaluation on the held-out rows, then start the training command again (it should say --resume).
+#
+#   RUN=/work/runs/d2 KEEP=/work/runs/d2-keep OUT=/work/runs/d2-val VAL=val300.jsonl BASE=/work/runs/d2-val/checkpoint-25/base \
+#   M=$(bash benchmarks/models/qwen2.5_coder_0.5b.sh) \
+#   benchmarks/gsm8k_learning/validate_at.sh 50 /work/runs/d2.log /work/runs/d2.after50.log -- grpo train RECIPE ... --resume
+#
+# DRY=1 prints what it would stop, evaluate and start instead of doing it. Its own lines go to stdout, with times.
+set -euo pipefail
+STEP=$1 LOG=$2 NEXT_LOG=$3
+shift 3
+[ "$1" = "--" ] && shift
+: "${RUN:?} ${KEEP:?} ${OUT:?} ${VAL:?} ${BASE:?} ${M:?}"
+say() { echo "$(date -u +%H:%M:%S) $*"; }
+run() { if [ "${DRY:-0}" = 1 ]; then say "would run: $*"; else "$@"; fi; }
+
+say "waiting for checkpoint-$STEP of $RUN (step $((STEP + 1)) in $LOG)"
+until grep -q "step $((STEP + 1))/" "$LOG"; do sleep 20; done
+PID=$(pgrep -f -- "grpo_cli train .*training.output_dir=$RUN( |$)" | head -1 || true)
+[ -n "$PID" ] || { say "no training process for $RUN found; stopping here"; exit 1; }
+say "stopping the run (pid $PID) after checkpoint-$STEP"
+run pkill -9 -P "$PID" || true
+run kill -9 "$PID"
+sleep 5
+run mkdir -p "$KEEP"
+run cp -r "$RUN/checkpoint-$STEP" "$KEEP/"
+say "validating checkpoint-$STEP"
+run grpo eval --compare "$RUN/checkpoint-$STEP" model.name="$M" --base "$BASE" --data "$VAL" --limit 300 \
+    --max-new-tokens 512 --output "$OUT/checkpoint-$STEP"
+say "starting the run again: $*"
+if [ "${DRY:-0}" = 1 ]; then say "would run: $* > $NEXT_LOG"; else nohup "$@" > "$NEXT_LOG" 2>&1 & fi
+say "done"
