@@ -85,21 +85,22 @@ class RecipeTrainer(GRPOTrainer):
             output = super()._generate_and_score_completions(inputs)
             if not self.model.training:
                 return output
+            if self.zero_variance_mode != "keep":
+                zero_variance.check_output(output)
+            # Counted in every mode: TRL's `frac_reward_zero_std` tests the batch's deviation, not each group's,
+            # under scale_rewards: batch, and reads 0 there however many groups are flat.
+            keep, flat_groups = self._informative_rows(output)
+            self._metrics["train"]["zero_variance/groups_flat"].append(float(flat_groups))
             if self.zero_variance_mode == "keep":
-                # Counted in every mode: TRL's `frac_reward_zero_std` tests the batch's deviation, not each group's,
-                # under scale_rewards: batch, and reads 0 there however many groups are flat.
-                _, flat_groups = self._informative_rows(output)
-                self._metrics["train"]["zero_variance/groups_flat"].append(float(flat_groups))
                 return output
-            return self._without_flat_groups(output)
+            return self._without_flat_groups(output, keep)
         finally:
             for listener in self.phase_listeners:
                 listener.generation_ended()
 
-    def _without_flat_groups(self, output: dict) -> dict:
-        """Skip, or first resample, the groups whose completions all scored the same (zero_variance.py)."""
-        zero_variance.check_output(output)
-        keep, flat_groups = self._informative_rows(output)
+    def _without_flat_groups(self, output: dict, keep) -> dict:
+        """Skip, or first resample, the groups whose completions all scored the same (zero_variance.py); `keep`:
+        one bool per row, its group informative."""
         rounds = 0
         resample = self.zero_variance_mode == "resample"
         while (
@@ -117,7 +118,6 @@ class RecipeTrainer(GRPOTrainer):
                 flush=True,
             )
         metrics = self._metrics["train"]
-        metrics["zero_variance/groups_flat"].append(float(flat_groups))
         metrics["zero_variance/groups_skipped"].append(float((~keep).sum()) / self.num_generations)
         metrics["zero_variance/extra_rounds"].append(float(rounds))
         if keep.all():
