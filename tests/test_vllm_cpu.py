@@ -191,3 +191,62 @@ def test_the_plan_counts_the_cpu_engine_and_sizes_its_kv_cache_as_training_does(
     assert os.environ["VLLM_CPU_KVCACHE_SPACE"] == "3"
     user_sized = {t.name: t for t in memory_plan(recipe, arch, "cpu", 24 * 2**30).terms}
     assert user_sized["vLLM KV cache"].bytes == 3 * 2**30
+
+
+@pytest.mark.vllm
+@pytest.mark.parametrize("mode", ["sequence_mask", "token_truncate"])
+def test_on_policy_correction_equals_trls_without_its_extra_forward_pass(tmp_path, vllm_model, mode):
+    """Step 1 runs TRL's own correction (its no-grad pass over the generation batch); each micro-batch's weights
+    computed instead from the loss's forward log-probs must equal TRL's. Step 2 runs grpo's: one no-grad pass fewer,
+    the same diagnostics logged, a finite loss, and the adapter trained."""
+    pytest.importorskip("vllm")
+    from transformers import TrainerCallback
+
+    from grpo_cli.recipe.validation import load_recipe
+    from grpo_cli.train.trainer import build_trainer
+    from grpo_cli.train.vllm_correction import ratio
+
+    overrides = ["training.gradient_accumulation_steps=2", f"trl.vllm_importance_sampling_mode={mode}"]
+    recipe = load_recipe(vllm_recipe(tmp_path, vllm_model), overrides)
+    trainer, _ = build_trainer(recipe, tmp_path / "run")
+    assert trainer.correct_from_loss_pass, "on-policy with vLLM: the correction should come from the loss pass"
+    trainer.correct_from_loss_pass = False  # step 1: TRL's way
+
+    class GrpoFromStepTwo(TrainerCallback):
+        def on_step_end(self, args, state, control, **kwargs):
+            trainer.correct_from_loss_pass = True
+
+    trainer.add_callback(GrpoFromStepTwo())
+    no_grad_passes, pairs, loss_inputs = {1: 0, 2: 0}, [], []
+    logps_pass, loss_pass = trainer._get_per_token_logps_and_entropies, trainer._compute_loss
+
+    def counting_logps_pass(*args, **kwargs):
+        result = logps_pass(*args, **kwargs)
+        if not torch.is_grad_enabled():
+            no_grad_passes[trainer.state.global_step + 1] += 1
+        elif trainer.state.global_step == 0:
+            pairs.append((loss_inputs[-1], result[0].detach()))
+        return result
+
+    def recording_loss_pass(model, inputs):
+        loss_inputs.append(inputs)
+        return loss_pass(model, inputs)
+
+    trainer._get_per_token_logps_and_entropies = counting_logps_pass
+    trainer._compute_loss = recording_loss_pass
+    before = {n: p.detach().clone() for n, p in trainer.model.named_parameters() if p.requires_grad}
+    trainer.train()
+
+    assert len(pairs) == 2, "two micro-batches in step 1"
+    for inputs, logps in pairs:
+        trls = inputs["importance_sampling_ratio"]
+        ours = ratio(trainer, logps, inputs["sampling_per_token_logps"], inputs["completion_mask"])
+        assert torch.allclose(ours, trls, rtol=1e-4, atol=1e-5), (ours, trls)
+    assert no_grad_passes[2] == no_grad_passes[1] - 1
+    logged = [entry for entry in trainer.state.log_history if "loss" in entry]
+    assert len(logged) == 2 and all(math.isfinite(entry["loss"]) for entry in logged)
+    keys = [{k for k in entry if k.startswith("sampling/")} for entry in logged]
+    assert keys[0] == keys[1] and len(keys[0]) == 5, keys
+    assert 0 < logged[1]["sampling/importance_sampling_ratio/mean"] < 10
+    after = dict(trainer.model.named_parameters())
+    assert any(not torch.equal(before[n], after[n].detach()) for n in before), "no trainable weight changed"

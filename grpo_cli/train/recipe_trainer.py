@@ -6,6 +6,8 @@
 - `_generate_and_score_completions` (the step's generation phase): tells the listeners, counts the groups whose
   completions all scored the same, and skips or resamples them (`grpo.zero_variance_groups`).
 - `_calculate_rewards`: keeps the gathered rewards for that decision.
+- `_compute_loss` and `_get_per_token_logps_and_entropies`: on-policy with vLLM, TRL's importance-sampling correction
+  takes the trainer's log-probs from the loss's own forward pass instead of an extra one (vllm_correction.py).
 The loss, the optimizer and every log-prob stay TRL's. The private names used are listed and checked in
 trl_seams.py; build_trainer (trainer.py) is the only place that constructs this class.
 """
@@ -16,7 +18,7 @@ from contextlib import nullcontext
 
 from trl import GRPOTrainer
 
-from grpo_cli.train import trl_seams, zero_variance
+from grpo_cli.train import trl_seams, vllm_correction, zero_variance
 from grpo_cli.train.phases import PhaseListener
 
 
@@ -40,6 +42,9 @@ class RecipeTrainer(GRPOTrainer):
         self._gathered_rewards = None
         self.generation_context = self._choose_generation_context(mixed_precision)
         self._cpu_vllm = self.use_vllm and self.accelerator.device.type == "cpu"
+        self.correct_from_loss_pass = vllm_correction.applies(self)
+        self._correction_diagnostics = vllm_correction.Diagnostics()
+        self._loss_inputs = None  # the micro-batch whose loss forward is running, while it needs correcting
 
     def add_phase_listener(self, listener: PhaseListener) -> None:
         self.phase_listeners.append(listener)
@@ -82,7 +87,7 @@ class RecipeTrainer(GRPOTrainer):
         for listener in self.phase_listeners:
             listener.generation_started()
         try:
-            output = super()._generate_and_score_completions(inputs)
+            output = self._generate_and_score(inputs)
             if not self.model.training:
                 return output
             if self.zero_variance_mode != "keep":
@@ -142,6 +147,28 @@ class RecipeTrainer(GRPOTrainer):
 
         g = self.num_generations
         prompts = torch.randint(len(self.train_dataset), (int((~keep).sum()) // g,)).tolist()
-        fresh = super()._generate_and_score_completions([self.train_dataset[i] for i in prompts for _ in range(g)])
+        fresh = self._generate_and_score([self.train_dataset[i] for i in prompts for _ in range(g)])
         fresh_keep, _ = self._informative_rows(fresh)
         return zero_variance.replace_rows(output, fresh, keep, fresh_keep, self.processing_class.pad_token_id)
+
+    def _generate_and_score(self, inputs):
+        if not self.correct_from_loss_pass:
+            return super()._generate_and_score_completions(inputs)
+        self._correction_diagnostics.reset()  # a new generation batch
+        with vllm_correction.without_trls_pass(self):
+            return super()._generate_and_score_completions(inputs)
+
+    def _compute_loss(self, model, inputs):
+        if self.correct_from_loss_pass and vllm_correction.RATIO_KEY not in inputs:
+            self._loss_inputs = inputs
+        try:
+            return super()._compute_loss(model, inputs)
+        finally:
+            self._loss_inputs = None
+
+    def _get_per_token_logps_and_entropies(self, *args, **kwargs):
+        result = super()._get_per_token_logps_and_entropies(*args, **kwargs)
+        if self._loss_inputs is not None:  # the loss's forward pass: its log-probs give the correction weights
+            inputs, self._loss_inputs = self._loss_inputs, None
+            vllm_correction.attach(self, inputs, result[0], self._correction_diagnostics)
+        return result

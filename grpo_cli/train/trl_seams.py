@@ -21,14 +21,21 @@ TRAINER_METHODS = {
     "resamples them by overriding",
     "_calculate_rewards": "reads the gathered rewards for zero-variance groups by overriding",
     "_save_checkpoint": "keeps the finished steps after a reward fails by calling",
+    "_compute_loss": "marks the micro-batch whose vLLM correction comes from the loss's forward pass by overriding",
+    "_get_per_token_logps_and_entropies": "takes the vLLM correction weights from the loss's log-probs by overriding",
 }
 # Attributes a built GRPOTrainer holds (checked on the instance: they are set in its constructor).
 INSTANCE_ATTRIBUTES = {
     "_metrics": "logs its own figures (zero-variance groups) beside TRL's in",
+    "_step": "finds a generation batch's last micro-batch (vLLM correction diagnostics) by reading",
 }
 VLLM_ATTRIBUTES = {
     "vllm_generation": "pushes trained weights into a CPU vLLM engine through",
     "_last_loaded_step": "syncs a CPU vLLM engine once per step, as TRL does, by reading and setting",
+    "vllm_importance_sampling_correction": "switches TRL's extra pass for the vLLM correction off on-policy by setting",
+    "vllm_importance_sampling_mode": "computes the vLLM correction as TRL does from",
+    "vllm_importance_sampling_clip_min": "computes the vLLM correction as TRL does from",
+    "vllm_importance_sampling_clip_max": "computes the vLLM correction as TRL does from",
 }
 # Methods of TRL's vLLM generation helper, used only when vLLM generates on a CPU (vllm_cpu.py).
 VLLM_GENERATION_METHODS = {
