@@ -64,3 +64,12 @@ def test_diagnostics_span_every_micro_batch_of_a_generation():
     assert metrics["sampling/sampling_logp_difference/mean"] == [pytest.approx(0.125)]
     assert metrics["sampling/sampling_logp_difference/max"] == [pytest.approx(0.4)]
     assert diagnostics.ratio_count == 0, "flushing starts the next generation batch afresh"
+
+
+def test_diagnostics_leave_out_rows_the_loss_does_not_see():
+    """A skipped flat group's rows have no scored token; their sequence weight (exp 0 = 1) is no measurement."""
+    diagnostics = vllm_correction.Diagnostics()
+    mask = torch.tensor([[1.0], [0.0]])
+    diagnostics.add(torch.tensor([[0.2], [0.9]]), torch.zeros(2, 1), mask, torch.tensor([[0.5], [1.0]]), True)
+    assert (diagnostics.ratio_count, diagnostics.ratio_max) == (1, 0.5)
+    assert (diagnostics.delta_count, diagnostics.delta_max) == (1, pytest.approx(0.2))

@@ -65,7 +65,8 @@ def ratio(trainer, trainer_logps: torch.Tensor, sampling_logps: torch.Tensor, ma
 
 class Diagnostics:
     """TRL's `sampling/...` figures over one generation batch, gathered from its micro-batches: the mean and max
-    |log-prob difference| over scored tokens, and min/mean/max of the weights (per sequence, or per scored token)."""
+    |log-prob difference| over scored tokens, and min/mean/max of the weights (per sequence, or per scored token), all
+    over the rows the loss sees."""
 
     def __init__(self):
         self.reset()
@@ -78,7 +79,8 @@ class Diagnostics:
     def add(self, trainer_logps, sampling_logps, mask, weights, per_sequence: bool) -> None:
         delta = (trainer_logps - sampling_logps).abs()
         delta = delta[mask.bool() & ~torch.isnan(delta)]
-        flat = weights.flatten() if per_sequence else weights[mask.bool()]
+        # Rows the loss does not see (flat groups grpo skipped: their mask is zero) would count as ratio 1.
+        flat = weights[mask.sum(-1) > 0].flatten() if per_sequence else weights[mask.bool()]
         if delta.numel():
             self.delta_sum += delta.sum().item()
             self.delta_count += delta.numel()
