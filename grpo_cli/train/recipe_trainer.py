@@ -155,8 +155,13 @@ class RecipeTrainer(GRPOTrainer):
         if not self.correct_from_loss_pass:
             return super()._generate_and_score_completions(inputs)
         self._correction_diagnostics.reset()  # a new generation batch
-        with vllm_correction.without_trls_pass(self):
+        # TRL's correction off while it generates and scores: no extra pass, no weights; vLLM's log-probs still come
+        # back (`sampling_per_token_logps`: TRL always asks vLLM for them). On again for the loss, which reads them.
+        self.vllm_importance_sampling_correction = False
+        try:
             return super()._generate_and_score_completions(inputs)
+        finally:
+            self.vllm_importance_sampling_correction = True
 
     def _compute_loss(self, model, inputs):
         if self.correct_from_loss_pass and vllm_correction.RATIO_KEY not in inputs:

@@ -17,7 +17,6 @@ left to TRL unchanged.
 from __future__ import annotations
 
 import math
-from contextlib import contextmanager
 
 import torch
 
@@ -35,17 +34,6 @@ def applies(trainer) -> bool:
         and args.gradient_accumulation_steps % generate_every == 0
         and not args.use_liger_kernel
     )
-
-
-@contextmanager
-def without_trls_pass(trainer):
-    """Generate and score with TRL's correction switched off, so TRL neither runs its no-grad pass nor weights the
-    batch; vLLM's log-probs still come back (`sampling_per_token_logps`: TRL always asks vLLM for them)."""
-    trainer.vllm_importance_sampling_correction = False
-    try:
-        yield
-    finally:
-        trainer.vllm_importance_sampling_correction = True
 
 
 def ratio(trainer, trainer_logps: torch.Tensor, sampling_logps: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
