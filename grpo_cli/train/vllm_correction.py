@@ -26,12 +26,11 @@ RATIO_KEY = "importance_sampling_ratio"
 def applies(trainer) -> bool:
     """Whether the trainer's correction can come from the loss forward: vLLM with the correction on, on-policy."""
     args = trainer.args
-    generate_every = args.steps_per_generation * trainer.num_iterations
     return bool(
         trainer.use_vllm
         and trainer.vllm_importance_sampling_correction
         and trainer.num_iterations == 1
-        and args.gradient_accumulation_steps % generate_every == 0
+        and args.gradient_accumulation_steps % args.steps_per_generation == 0  # TRL's test, with num_iterations 1
         and not args.use_liger_kernel
     )
 
