@@ -8,28 +8,42 @@
 #   M=$(bash benchmarks/models/qwen2.5_coder_0.5b.sh) \
 #   benchmarks/gsm8k_learning/validate_at.sh 50 /work/runs/d2.log /work/runs/d2.after50.log -- grpo train RECIPE ... --resume
 #
+# At the run's last step (max_steps) it waits for the run to end instead, and the command after `--` is left out.
+#
 # DRY=1 prints what it would stop, evaluate and start instead of doing it. Its own lines go to stdout, with times.
 set -euo pipefail
 STEP=$1 LOG=$2 NEXT_LOG=$3
 shift 3
-[ "$1" = "--" ] && shift
+[ "${1:-}" = "--" ] && shift
 : "${RUN:?} ${KEEP:?} ${OUT:?} ${VAL:?} ${BASE:?} ${M:?}"
 say() { echo "$(date -u +%H:%M:%S) $*"; }
 run() { if [ "${DRY:-0}" = 1 ]; then say "would run: $*"; else "$@"; fi; }
 
-say "waiting for checkpoint-$STEP of $RUN (step $((STEP + 1)) in $LOG)"
-until grep -q "step $((STEP + 1))/" "$LOG"; do sleep 20; done
-PID=$(pgrep -f -- "grpo_cli train .*training.output_dir=$RUN( |$)" | head -1 || true)
-[ -n "$PID" ] || { say "no training process for $RUN found; stopping here"; exit 1; }
-say "stopping the run (pid $PID) after checkpoint-$STEP"
-run pkill -9 -P "$PID" || true
-run kill -9 "$PID"
-sleep 5
+training_pid() { pgrep -f -- "grpo_cli train .*training.output_dir=$RUN( |$)" | head -1 || true; }
+
+# The last step has no next step to wait for: there the run's own exit, with the checkpoint saved, says it is whole.
+say "waiting for checkpoint-$STEP of $RUN (step $((STEP + 1)) in $LOG, or the run ended)"
+until grep -q "step $((STEP + 1))/" "$LOG" || { [ -z "$(training_pid)" ] && [ -d "$RUN/checkpoint-$STEP" ]; }; do
+    sleep 20
+done
+PID=$(training_pid)
+if [ -n "$PID" ]; then
+    say "stopping the run (pid $PID) after checkpoint-$STEP"
+    run pkill -9 -P "$PID" || true
+    run kill -9 "$PID"
+    sleep 5
+elif [ ! -d "$RUN/checkpoint-$STEP" ]; then
+    say "no training process for $RUN and no checkpoint-$STEP; stopping here"
+    exit 1
+else
+    say "the run has ended; checkpoint-$STEP is its last"
+fi
 run mkdir -p "$KEEP"
-run cp -r "$RUN/checkpoint-$STEP" "$KEEP/"
+run cp -r "$RUN/checkpoint-$STEP" "$RUN/recipe.yaml" "$KEEP/"  # with the recipe KEEP reads as a run folder
 say "validating checkpoint-$STEP"
 run grpo eval --compare "$RUN/checkpoint-$STEP" model.name="$M" --base "$BASE" --data "$VAL" --limit 300 \
     --max-new-tokens 512 --output "$OUT/checkpoint-$STEP"
+if [ $# -eq 0 ]; then say "done (no command to start after it)"; exit 0; fi
 say "starting the run again: $*"
 if [ "${DRY:-0}" = 1 ]; then say "would run: $* > $NEXT_LOG"; else nohup "$@" > "$NEXT_LOG" 2>&1 & fi
 say "done"
