@@ -123,6 +123,14 @@ def test_paired_difference_counts_only_changed_problems():
     assert same["difference"] == same["low"] == same["high"] == 0.0
 
 
+def test_paired_interval_stays_within_a_possible_change_on_few_problems():
+    # Two problems, one broken: the normal approximation alone gives -148 to +48 points.
+    result = paired_difference([True, True], [True, False])
+    assert result["difference"] == pytest.approx(-0.5)
+    assert result["low"] == -1.0
+    assert result["difference"] < result["high"] <= 1.0
+
+
 def test_lm_eval_prompts_follow_its_sampler_and_format():
     pool = [{"question": f"q{i}", "answer": f"a{i}\n#### {i}"} for i in range(50)]
     problems = [Problem(i, f"test {i}", "#### 1", "1") for i in range(5)]

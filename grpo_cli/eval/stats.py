@@ -34,7 +34,9 @@ def paired_difference(before: list[bool], after: list[bool], z: float = Z95) -> 
     mean = (fixed - broken) / n
     variance = ((fixed + broken) / n - mean * mean) / max(1, n - 1) if n > 1 else 0.0
     half = z * math.sqrt(max(variance, 0.0))
-    return {"n": n, "difference": mean, "low": mean - half, "high": mean + half, "fixed": fixed, "broken": broken}
+    # The normal approximation overshoots on a handful of problems; a change of accuracy lies in [-1, 1].
+    low, high = max(-1.0, mean - half), min(1.0, mean + half)
+    return {"n": n, "difference": mean, "low": low, "high": high, "fixed": fixed, "broken": broken}
 
 
 def mean_interval(values: list[float], z: float = Z95) -> tuple[float, float, float]:
