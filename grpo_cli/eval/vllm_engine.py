@@ -123,6 +123,10 @@ class VLLMGenerator:
         if not on_gpu and "VLLM_CPU_KVCACHE_SPACE" not in USER_SET:  # read when the engine starts
             os.environ["VLLM_CPU_KVCACHE_SPACE"] = str(kv_cache_gib(self.config, self.dtype, sequences, context))
         lora = {"enable_lora": True, "max_lora_rank": max_lora_rank(self.adapter)} if self.adapter else {}
+        if self.adapter and not on_gpu:
+            from grpo_cli.eval.vllm_cpu_lora import use_single_adapter_products
+
+            use_single_adapter_products()  # one adapter on every request: one product, not a gather per token
         self.llm = LLM(
             model=self.model_path,
             tokenizer=self.tokenizer_path,

@@ -1,0 +1,106 @@
+"""vLLM's CPU LoRA operations, with one matrix product where every token uses the same adapter.
+
+On a CPU vLLM computes LoRA in plain PyTorch (vllm/lora/ops/torch_ops/lora_ops.py): for every token it gathers its
+adapter's matrices (`weights[indices]`) and multiplies token by token (`einsum("bi, boi -> bo")`). A prefill of 64
+prompts of 150 tokens copies an MLP projection's B (4864 x 16 for Qwen2.5-0.5B) 9,600 times, in every layer. An
+evaluation runs one adapter on every request, so all indices are equal, and the same product is one matmul against
+that adapter's matrices, without the copies (benchmarks/vllm_lora_cpu.txt). Batches that mix adapters, or hold
+tokens without one (index -1), take vLLM's per-token gather as before.
+
+The functions below take vLLM's arguments and write its outputs the same way (the same dtypes, slices and the
+decode-time broadcast of a single row); `use_single_adapter_products` puts them where vLLM's CPU wrapper looks them
+up. The sums are the same but added in another order, so bfloat16 results can differ in the last bit, as between
+batch sizes. tests/test_vllm_cpu_lora.py compares them with vLLM's own on every path.
+"""
+
+from __future__ import annotations
+
+# vLLM's CPU punica wrapper imports these names from its torch ops; they are replaced in the wrapper's module.
+WRAPPER_MODULE = "vllm.lora.punica_wrapper.punica_cpu"
+REPLACED = ("bgmv_shrink", "bgmv_expand", "bgmv_expand_slice", "sgmv_shrink", "sgmv_expand", "sgmv_expand_slice")
+
+
+def single_index(indices) -> int | None:
+    """The adapter slot every token uses, or None when they differ or none is used (-1)."""
+    if indices.numel() == 0:
+        return None
+    first = int(indices[0])
+    return first if first >= 0 and bool((indices == first).all()) else None
+
+
+def _products(inputs, weights, indices, dtype):
+    """Each token's input times its adapter's matrix (transposed), in `dtype`: [tokens, out]."""
+    import torch
+
+    slot = single_index(indices)
+    if slot is not None:
+        matrix = weights[slot]
+        matrix = matrix.squeeze(0) if matrix.dim() == 3 else matrix  # stacked [slots, 1, out, in] or [slots, out, in]
+        return inputs.to(dtype) @ matrix.to(dtype).T
+    selected = weights[indices].to(dtype=dtype)  # vLLM's own path
+    if selected.dim() == 4:
+        selected = selected.squeeze(dim=1)
+    return torch.einsum("bi, boi -> bo", inputs.to(dtype), selected)
+
+
+def bgmv_shrink(inputs, lora_a_weights, output_tensor, lora_indices_tensor, scaling=1.0):
+    outputs = _products(inputs, lora_a_weights, lora_indices_tensor, output_tensor.dtype)
+    output_tensor[:, : outputs.shape[1]] = scaling * outputs
+
+
+def bgmv_expand(inputs, lora_b_weights, output_tensor, lora_indices_tensor, add_inputs=True):
+    outputs = _products(inputs, lora_b_weights, lora_indices_tensor, output_tensor.dtype)
+    # One row of outputs against several of output_tensor is broadcast (vLLM's `limit`).
+    limit = 1 if outputs.shape[0] == 1 and output_tensor.shape[0] != 1 else output_tensor.shape[0]
+    common = min(outputs.shape[1], output_tensor.shape[1])  # adapter and model may pad differently
+    if add_inputs:
+        output_tensor[:, :common] += outputs[:limit, :common]
+    else:
+        output_tensor[:, :common] = outputs[:limit, :common]
+
+
+def bgmv_expand_slice(
+    inputs, lora_b_weights, output_tensor, lora_indices_tensor, slice_offset, slice_size, add_inputs=True
+):
+    outputs = _products(inputs, lora_b_weights, lora_indices_tensor, output_tensor.dtype)
+    if add_inputs:
+        output_tensor[:, slice_offset : slice_offset + slice_size] += outputs
+    else:
+        output_tensor[:, slice_offset : slice_offset + slice_size] = outputs
+
+
+def _per_token(lora_indices_tensor, seq_len_tensor):
+    import torch
+
+    return torch.repeat_interleave(lora_indices_tensor, seq_len_tensor)
+
+
+def sgmv_shrink(inputs, weights, output, starts, seq_lens, indices, batches, longest, tokens, scaling):
+    bgmv_shrink(inputs, weights, output, _per_token(indices, seq_lens), scaling)
+
+
+def sgmv_expand(inputs, weights, output, starts, seq_lens, indices, batches, longest, tokens, add_inputs=False):
+    bgmv_expand(inputs, weights, output, _per_token(indices, seq_lens), add_inputs)
+
+
+def sgmv_expand_slice(
+    inputs, weights, output, starts, seq_lens, indices, batches, longest, tokens, offset, size, add_inputs=False
+):
+    bgmv_expand_slice(inputs, weights, output, _per_token(indices, seq_lens), offset, size, add_inputs)
+
+
+def use_single_adapter_products() -> bool:
+    """Put this module's functions in vLLM's CPU LoRA wrapper, for this process (on a mixed batch they are vLLM's
+    own, so there is nothing to undo). False, changing nothing, where that wrapper lacks one of the names (another
+    vLLM version): generation is then as vLLM makes it, only slower."""
+    import importlib
+
+    try:
+        wrapper = importlib.import_module(WRAPPER_MODULE)
+    except ImportError:
+        return False
+    if not all(hasattr(wrapper, name) for name in REPLACED):
+        return False
+    for name in REPLACED:
+        setattr(wrapper, name, globals()[name])
+    return True
