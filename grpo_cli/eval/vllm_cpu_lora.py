@@ -5,7 +5,7 @@ adapter's matrices (`weights[indices]`) and multiplies token by token (`einsum("
 prompts of 150 tokens copies an MLP projection's B (4864 x 16 for Qwen2.5-0.5B) 9,600 times, in every layer. An
 evaluation runs one adapter on every request, so all indices are equal, and the same product is one matmul against
 that adapter's matrices, without the copies (benchmarks/vllm_lora_cpu.txt). Batches that mix adapters, or hold
-tokens without one (index -1), take vLLM's per-token gather as before.
+tokens without one (index -1), are handed to vLLM's own functions.
 
 The functions below take vLLM's arguments and write its outputs the same way (the same dtypes, slices and the
 decode-time broadcast of a single row); `use_single_adapter_products` puts them where vLLM's CPU wrapper looks them
@@ -28,28 +28,32 @@ def single_index(indices) -> int | None:
     return first if first >= 0 and bool((indices == first).all()) else None
 
 
-def _products(inputs, weights, indices, dtype):
-    """Each token's input times its adapter's matrix (transposed), in `dtype`: [tokens, out]."""
-    import torch
+def _vllms_own():
+    import vllm.lora.ops.torch_ops
 
-    slot = single_index(indices)
-    if slot is not None:
-        matrix = weights[slot]
-        matrix = matrix.squeeze(0) if matrix.dim() == 3 else matrix  # stacked [slots, 1, out, in] or [slots, out, in]
-        return inputs.to(dtype) @ matrix.to(dtype).T
-    selected = weights[indices].to(dtype=dtype)  # vLLM's own path
-    if selected.dim() == 4:
-        selected = selected.squeeze(dim=1)
-    return torch.einsum("bi, boi -> bo", inputs.to(dtype), selected)
+    return vllm.lora.ops.torch_ops
+
+
+def _product(inputs, weights, slot: int, dtype):
+    """Every token's input times the one adapter's matrix (transposed), in `dtype`: [tokens, out]."""
+    matrix = weights[slot]
+    matrix = matrix.squeeze(0) if matrix.dim() == 3 else matrix  # stacked [slots, 1, out, in] or [slots, out, in]
+    return inputs.to(dtype) @ matrix.to(dtype).T
 
 
 def bgmv_shrink(inputs, lora_a_weights, output_tensor, lora_indices_tensor, scaling=1.0):
-    outputs = _products(inputs, lora_a_weights, lora_indices_tensor, output_tensor.dtype)
+    slot = single_index(lora_indices_tensor)
+    if slot is None:
+        return _vllms_own().bgmv_shrink(inputs, lora_a_weights, output_tensor, lora_indices_tensor, scaling)
+    outputs = _product(inputs, lora_a_weights, slot, output_tensor.dtype)
     output_tensor[:, : outputs.shape[1]] = scaling * outputs
 
 
 def bgmv_expand(inputs, lora_b_weights, output_tensor, lora_indices_tensor, add_inputs=True):
-    outputs = _products(inputs, lora_b_weights, lora_indices_tensor, output_tensor.dtype)
+    slot = single_index(lora_indices_tensor)
+    if slot is None:
+        return _vllms_own().bgmv_expand(inputs, lora_b_weights, output_tensor, lora_indices_tensor, add_inputs)
+    outputs = _product(inputs, lora_b_weights, slot, output_tensor.dtype)
     # One row of outputs against several of output_tensor is broadcast (vLLM's `limit`).
     limit = 1 if outputs.shape[0] == 1 and output_tensor.shape[0] != 1 else output_tensor.shape[0]
     common = min(outputs.shape[1], output_tensor.shape[1])  # adapter and model may pad differently
@@ -62,7 +66,12 @@ def bgmv_expand(inputs, lora_b_weights, output_tensor, lora_indices_tensor, add_
 def bgmv_expand_slice(
     inputs, lora_b_weights, output_tensor, lora_indices_tensor, slice_offset, slice_size, add_inputs=True
 ):
-    outputs = _products(inputs, lora_b_weights, lora_indices_tensor, output_tensor.dtype)
+    slot = single_index(lora_indices_tensor)
+    if slot is None:
+        return _vllms_own().bgmv_expand_slice(
+            inputs, lora_b_weights, output_tensor, lora_indices_tensor, slice_offset, slice_size, add_inputs
+        )
+    outputs = _product(inputs, lora_b_weights, slot, output_tensor.dtype)
     if add_inputs:
         output_tensor[:, slice_offset : slice_offset + slice_size] += outputs
     else:
@@ -90,7 +99,7 @@ def sgmv_expand_slice(
 
 
 def use_single_adapter_products() -> bool:
-    """Put this module's functions in vLLM's CPU LoRA wrapper, for this process (on a mixed batch they are vLLM's
+    """Put this module's functions in vLLM's CPU LoRA wrapper, for this process (on a mixed batch they call vLLM's
     own, so there is nothing to undo). False, changing nothing, where that wrapper lacks one of the names (another
     vLLM version): generation is then as vLLM makes it, only slower."""
     import importlib
