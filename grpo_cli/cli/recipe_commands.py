@@ -88,6 +88,9 @@ def _validation(recipe, echo):
         "grpo plan recipes/qwen2.5/1.5b_full.yaml --gpu 'RTX 4090'",
         "grpo plan my.yaml grpo.num_generations=16 --gpu 80GB --json",
         "grpo plan my.yaml --device cpu --ram 24GB",
+        "grpo plan recipes/qwen2.5/0.5b_lora.yaml --gpu 'RTX 4090' --solve grpo.num_generations|the largest group "
+        "that fits",
+        "grpo plan my.yaml --gpu 16GB --solve grpo.max_completion_length --json",
     )
 )
 def plan(
@@ -106,19 +109,41 @@ def plan(
         ),
     ] = None,
     ram: Annotated[str | None, typer.Option("--ram", help="RAM for a CPU run (default: this machine's).")] = None,
+    solve: Annotated[
+        str | None,
+        typer.Option(
+            "--solve",
+            metavar="KEY",
+            help="Find the largest value of KEY that fits: grpo.num_generations, grpo.max_completion_length, "
+            "training.per_device_train_batch_size, lora.r or data.max_prompt_length (exit 1 when none does).",
+        ),
+    ] = None,
 ) -> None:
     """Estimate peak GPU memory before loading any weight: where it goes, whether it fits, what to change."""
     from rich.console import Console
 
     from grpo_cli.plan.fit import plan_recipe
+    from grpo_cli.plan.solve import solve as largest_fitting
     from grpo_cli.plan.view import budget_notes, plan_json, print_plan
     from grpo_cli.recipe.validation import load_recipe
 
     with user_errors(as_json):
         loaded = load_recipe(recipe, overrides, scope="plan")
         result = plan_recipe(loaded, gpu, device, ram)
+        solution = largest_fitting(loaded, solve, result) if solve else None
     notes = budget_notes(loaded)
-    if as_json:
+    if solution is not None:
+        from grpo_cli.plan.view import solve_json, solve_lines
+
+        if as_json:
+            typer.echo(json.dumps({**plan_json(result, notes), "solve": solve_json(solution)}, indent=2))
+        else:
+            kept = [o for o in overrides or [] if o.partition("=")[0].strip() not in solution.changed_keys]
+            for line in solve_lines(solution, result, _train_command(recipe, kept)):
+                typer.echo(line)
+        if solution.found is None:
+            raise typer.Exit(1)
+    elif as_json:
         typer.echo(json.dumps(plan_json(result, notes), indent=2))
     else:
         print_plan(Console(soft_wrap=False), result, _train_command(recipe, overrides), notes)

@@ -10,12 +10,17 @@ from rich.table import Table
 
 from grpo_cli.plan.fit import PlanResult
 from grpo_cli.plan.memory import GIB, Plan
+from grpo_cli.plan.solve import Solution, Trial
 from grpo_cli.recipe.validation import is_schema_field
 from grpo_cli.recipe.yaml_source import format_override
 
 # The largest under-estimate of today's nvidia-smi figure against the H100's (benchmarks/gpu/replan.txt), rounded
 # up: a GPU fit with less spare than this is called close until a GPU run attributes the rest.
 CUDA_UNDER_ESTIMATE = 0.15
+CLOSE_NOTE = (
+    f"on an H100 this plan was up to {CUDA_UNDER_ESTIMATE:.0%} under the real peak (docs/plan.md); `grpo preflight` "
+    "measures it in two steps"
+)
 
 
 def override_args(changes: dict[str, Any]) -> list[str]:
@@ -177,10 +182,7 @@ def print_plan(console: Console, result: PlanResult, command: str, notes: list[s
             f"[green]fits[/] {_gpu(gpu_label, plan)} with {(plan.gpu_bytes - plan.expected) / GIB:.1f} GiB to spare"
         )
         if plan.device != "cpu" and plan.gpu_bytes < plan.expected * (1 + CUDA_UNDER_ESTIMATE):
-            console.print(
-                f"[yellow]close:[/] on an H100 this plan was up to {CUDA_UNDER_ESTIMATE:.0%} under the real peak "
-                "(docs/plan.md); `grpo preflight` measures it in two steps"
-            )
+            console.print(f"[yellow]close:[/] {CLOSE_NOTE}")
         return
     console.print(
         f"[red]does not fit[/] {_gpu(gpu_label, plan)}: {(plan.expected - plan.gpu_bytes) / GIB:.1f} GiB short"
@@ -224,3 +226,74 @@ def first_load_peak(plan: Plan) -> float | None:
 def _gpu(label: str | None, plan: Plan) -> str:
     size = f"{plan.gpu_bytes / GIB:.0f} GiB"
     return size if label is None or "GiB" in label else f"{label} ({size})"
+
+
+def solve_lines(solution: Solution, result: PlanResult, command: str) -> list[str]:
+    """`grpo plan --solve`: the largest value that fits with its peak, the next value's, and the line to train it.
+    When not even the smallest value fits, that alone, in one line."""
+    s, found, after = solution, solution.found, solution.next
+    budget = result.gpu_label if s.device == "cpu" else _gpu(result.gpu_label, result.plan)
+    what = "expected peak RSS" if s.device == "cpu" else "expected in nvidia-smi"
+    if found is None:
+        if after.plan is None:
+            return [f"{s.key}: not even the smallest value can be planned: {after.refused}"]
+        return [
+            f"{s.key}: not even the smallest value fits {budget}: {_with(after)} needs {after.plan.expected / GIB:.3f} "
+            f"GiB ({what})"
+        ]
+    others = [f"{k}={v}" for k, v in found.changes.items() if k != s.key]
+    lines = [
+        f"{s.key}: at most {found.value} fits {budget}" + (f", with {' '.join(others)}" if others else ""),
+        f"  {s.key}={found.value}: {found.plan.expected / GIB:.3f} GiB {what}, "
+        f"{_amount(s.budget - found.plan.expected)} to spare",
+    ]
+    if after is None:
+        lines.append(f"  no larger value tried: {s.limit}")
+    elif after.plan is None:
+        lines.append(f"  {s.key}={after.value}: refused: {after.refused}")
+    else:
+        lines.append(
+            f"  {s.key}={after.value}: {after.plan.expected / GIB:.3f} GiB, does not fit "
+            f"({_amount(after.plan.expected - s.budget)} over)"
+            + (f", with {' '.join(f'{k}={v}' for k, v in after.changes.items() if k != s.key)}" if others else "")
+        )
+    lines.append(f"  the recipe's {s.current}: {s.current_peak / GIB:.3f} GiB")
+    lines += [note for note in (s.note, s.basis) if note]
+    if s.device != "cpu" and s.budget < found.plan.expected * (1 + CUDA_UNDER_ESTIMATE):
+        lines.append(f"close: {CLOSE_NOTE}")
+    lines.append(f"  ->  {command} {' '.join(override_args(found.changes))}")
+    return lines
+
+
+def _amount(size: float) -> str:
+    """A margin near the budget, in MiB below a GiB: the search leaves a few MiB between fitting and not."""
+    return f"{size / GIB:.2f} GiB" if size >= GIB else f"{size / 2**20:.0f} MiB"
+
+
+def _with(trial: Trial) -> str:
+    return " ".join(f"{k}={v}" for k, v in trial.changes.items())
+
+
+def solve_json(solution: Solution) -> dict[str, Any]:
+    s, found, after = solution, solution.found, solution.next
+
+    def gib(trial: Trial | None) -> float | None:
+        return None if trial is None or trial.plan is None else round(trial.plan.expected / GIB, 4)
+
+    return {
+        "key": s.key,
+        "value": None if found is None else found.value,
+        "peak_gib": gib(found),
+        "next_value": None if after is None else after.value,
+        "next_peak_gib": gib(after),
+        "next_refused": after.refused if after is not None and after.refused else None,
+        "budget_gib": round(s.budget / GIB, 4),
+        "peak": "peak_rss" if s.device == "cpu" else "peak_nvidia_smi",
+        "overrides": [] if found is None else override_args(found.changes),
+        "next_overrides": [] if after is None else override_args(after.changes),
+        "current_value": s.current,
+        "current_peak_gib": round(s.current_peak / GIB, 4),
+        "basis": s.basis,
+        "note": s.note,
+        "limit": s.limit,
+    }
