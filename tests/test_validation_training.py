@@ -68,6 +68,18 @@ def test_task_validation_logged_scored_like_grpo_eval_drawn_best_named_and_redra
         assert last[f"val/{name}/correct"] == figures["correct"], name
     assert last["val/format_rate"] == summary["format_rate"]
     assert last["val/mean_new_tokens"] == round(summary["mean_new_tokens"], 2)
+    # and the same shortcut report: answers, majority baseline and flag (eval/shortcuts.py)
+    assert last["val/top_answer"] == summary["answer_distribution"]["top"][0]["answer"]
+    assert last["val/top_answer_share"] == summary["answer_distribution"]["top"][0]["share"]
+    assert last["val/majority_baseline"] == summary["majority_baseline"]["accuracy"]
+    assert last["val/shortcut"] == summary["shortcut"]["kinds"]
+    # the console says each kind of flag once, at the first validation that raised it
+    kinds = [kind for row in validations for kind in row["val/shortcut"]]
+    flagged = [line for line in result.output.splitlines() if line.startswith("shortcut flagged at step")]
+    assert kinds and 1 <= len(flagged) <= len(set(kinds))
+    assert flagged[0].startswith(
+        f"shortcut flagged at step {next(r for r in validations if r['val/shortcut'])['step']}"
+    )
 
     # Afterwards, `grpo eval --checkpoints` gives the same curve: the base at step 0, then every checkpoint
     # (checkpoint-2 is the final model's step, so the final model adds no point).

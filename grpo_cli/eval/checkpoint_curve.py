@@ -78,10 +78,13 @@ def _data_label(recipe: Recipe) -> str:
 
 
 def curve_row(step: int, name: str, summary: dict[str, Any]) -> dict[str, Any]:
-    """One point: each filter's (or verifier's) accuracy and interval, as summary.json has them."""
+    """One point: each filter's (or verifier's) accuracy and interval, as summary.json has them, and the shortcut
+    flag's kinds where the summary has one."""
     row: dict[str, Any] = {"step": step, "model": name, "problems": summary["problems"]}
     for filter_name, figures in summary["filters"].items():
         row[filter_name] = {"accuracy": figures["accuracy"], "ci95": figures.get("ci95")}
+    if "shortcut" in summary:  # the task protocol: the kinds of flag raised (eval/shortcuts.py), [] for none
+        row["shortcut"] = summary["shortcut"]["kinds"]
     return row
 
 

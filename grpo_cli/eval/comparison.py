@@ -9,13 +9,15 @@ from typing import Any
 from grpo_cli.eval.evaluate import EvalResult
 from grpo_cli.eval.sampled import completions_of, sampled_change
 from grpo_cli.eval.scoring import behaviour
+from grpo_cli.eval.shortcuts import against_baseline
 from grpo_cli.eval.stats import paired_difference
 from grpo_cli.runs.layout import COMPARISON_FILE
 
 
 def compare(base: EvalResult, trained: EvalResult, output: Path) -> dict[str, Any]:
     """Trained minus base on the problems both scored, per filter, with a paired 95% interval (sampled: mean@N's
-    change over the per-problem fractions, then pass@N's and maj@N's; eval/sampled.py)."""
+    change over the per-problem fractions, then pass@N's and maj@N's; eval/sampled.py); under the task protocol
+    also trained against always giving the most common reference answer (eval/shortcuts.py)."""
     common = sorted(set(base.records) & set(trained.records))
     result = {"problems": len(common), "base": str(base.output), "trained": str(trained.output), "filters": {}}
     sampling = trained.summary.get("sampling")
@@ -32,6 +34,9 @@ def compare(base: EvalResult, trained: EvalResult, output: Path) -> dict[str, An
             "trained": sum(after) / len(common) if common else 0.0,
             **paired_difference(before, after),
         }
+    baseline = against_baseline(trained.records, common, trained.summary)
+    if baseline is not None:  # the task protocol: trained against always giving the most common reference answer
+        result["majority_baseline"] = baseline
     for label, side in (("base", base), ("trained", trained)):
         completions = completions_of([side.records[i] for i in common])
         result[label + "_behaviour"] = behaviour(completions, side.summary.get("max_new_tokens"))

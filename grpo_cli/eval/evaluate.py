@@ -161,12 +161,12 @@ def _evaluate(recipe: Recipe, target: Target, output: Path, display, engine: str
             if sampling
             else summarize(scored, wall, len(todo), new_tokens, max_new_tokens(ev), names)
         ),
+        **(scorer.report(scored) if scorer else {}),  # the task's answers and majority baseline (eval/shortcuts.py)
     }
     tools = tool_summary(scored)
     if tools is not None:
         summary["tools"] = tools
-    if engine_used:
-        summary["session"].update(engine_used)
+    summary["session"].update(engine_used or {})
     if not todo:  # nothing generated now (a finished evaluation reused): keep the last generating session's timing
         summary["session"] = previous_session(output) or summary["session"]
     (output / SUMMARY_FILE).write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")

@@ -145,6 +145,13 @@ class TaskScorer:
     def names(self) -> list[str]:
         return [name for name, _, _ in self.verifiers]
 
+    def report(self, records: list[dict[str, Any]]) -> dict[str, Any]:
+        """The shortcut report of scored records, read and judged by the first verifier (eval/shortcuts.py): on
+        answers that are words or classes, a constant answer can score."""
+        from grpo_cli.eval.shortcuts import shortcut_report
+
+        return shortcut_report(records, self.names[0])
+
     def score(self, completion: str, problem: Problem) -> dict[str, Any]:
         from grpo_cli.reward_guard import RewardFailure
 

@@ -15,7 +15,7 @@ from grpo_cli.eval.problems import Problem, chat_prompts, fewshot_pool, lm_eval_
 from grpo_cli.eval.scoring import FILTERS, score, summarize
 from grpo_cli.eval.task import TaskScorer, check_task, load_task_problems, training_overlap
 from grpo_cli.recipe.schema import Recipe
-from grpo_cli.runs.validation_curve import PREFIX, accuracy_key
+from grpo_cli.runs.validation_curve import PREFIX, SHORTCUT_KEY, SHORTCUT_REASON_KEY, accuracy_key
 
 
 def held_out_validation(recipe: Recipe, warn=print) -> HeldOutValidation:
@@ -67,7 +67,10 @@ class HeldOutValidation:
         finally:
             model.train(was_training)
         tokens = sum(r["new_tokens"] for r in records)
-        return validation_metrics(summarize(records, 0.0, len(records), tokens, self.budget, self.names))
+        summary = summarize(records, 0.0, len(records), tokens, self.budget, self.names)
+        if self.scorer:  # the task protocol: the shortcut report `grpo eval` gives (eval/shortcuts.py)
+            summary.update(self.scorer.report(records))
+        return validation_metrics(summary)
 
     def prompts(self, tokenizer) -> list[str]:
         """The prompts `grpo eval` shows for these problems, rendered once with the training tokenizer."""
@@ -84,11 +87,12 @@ class HeldOutValidation:
             verdict = self.scorer.score(text, problem)
         else:
             verdict = score(self.recipe.eval.protocol, text, problem, self.recipe.data.answer_marker)
-        return {**verdict, "new_tokens": new_tokens}
+        return {"gold": problem.gold, "completion": text, **verdict, "new_tokens": new_tokens}
 
 
 def validation_metrics(summary: dict[str, Any]) -> dict[str, float]:
-    """An evaluation summary as flat metrics.jsonl keys, the protocol's first filter (or verifier) first."""
+    """An evaluation summary as flat metrics.jsonl keys, the protocol's first filter (or verifier) first; under the
+    task protocol also the shortcut report's figures, its flag's kinds and reasons."""
     row: dict[str, float] = {f"{PREFIX}problems": summary["problems"]}
     for name, figures in summary["filters"].items():
         row[accuracy_key(name)] = figures["accuracy"]
@@ -99,4 +103,14 @@ def validation_metrics(summary: dict[str, Any]) -> dict[str, float]:
         row[f"{PREFIX}format_rate"] = summary["format_rate"]
     row[f"{PREFIX}mean_new_tokens"] = round(summary["mean_new_tokens"], 2)
     row[f"{PREFIX}cut_rate"] = summary["cut_rate"]
+    if "shortcut" in summary:  # the task protocol's shortcut report, flat
+        top = summary["answer_distribution"]["top"]
+        row[f"{PREFIX}top_answer"] = top[0]["answer"] if top else None
+        row[f"{PREFIX}top_answer_share"] = top[0]["share"] if top else 0.0
+        row[f"{PREFIX}majority_baseline"] = summary["majority_baseline"]["accuracy"]
+        if summary["balanced_accuracy"] is not None:
+            row[f"{PREFIX}balanced_accuracy"] = summary["balanced_accuracy"]
+        row[SHORTCUT_KEY] = summary["shortcut"]["kinds"]  # [] when nothing is flagged
+        if summary["shortcut"]["flag"]:
+            row[SHORTCUT_REASON_KEY] = "; ".join(summary["shortcut"]["reasons"])
     return row

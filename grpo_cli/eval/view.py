@@ -8,6 +8,7 @@ from rich.console import Console
 from rich.progress import Progress
 from rich.table import Table
 
+from grpo_cli.eval.shortcuts import baseline_line, report_lines
 from grpo_cli.progress import progress_bar
 from grpo_cli.runs.layout import PREDICTIONS_FILE
 
@@ -183,25 +184,39 @@ def print_outcome(console: Console, outcome) -> None:
     """Each evaluation's table and where its per-problem results are, then the comparison."""
     for result in outcome.results:
         console.print(summary_table(result.summary))
+        print_shortcuts(console, result.summary)
         console.print(f"per-problem results: {result.output / PREDICTIONS_FILE}", highlight=False)
     if outcome.comparison:
         console.print(comparison_table(outcome.comparison))
+        if outcome.comparison.get("majority_baseline"):
+            console.print(baseline_line(outcome.comparison["majority_baseline"]), highlight=False, soft_wrap=True)
     if outcome.curve:
         console.print(curve_table(outcome.curve))
         console.print(f"curve: {outcome.results[-1].output.parent / 'curve.jsonl'} and curve.png", highlight=False)
 
 
+def print_shortcuts(console: Console, summary: dict[str, Any]) -> None:
+    """A task evaluation's answers, majority baseline and shortcut flag (eval/shortcuts.py), the flag in yellow."""
+    for line in report_lines(summary):
+        flagged = line.startswith("shortcut:") and summary["shortcut"]["flag"]
+        console.print(line, style="yellow" if flagged else None, highlight=False, soft_wrap=True)
+
+
 def curve_table(curve: list[dict[str, Any]]) -> Table:
-    """A row a step: each filter's (or verifier's) accuracy with its 95% interval."""
+    """A row a step: each filter's (or verifier's) accuracy with its 95% interval; the shortcut flags raised, when a
+    step has one."""
     names = [k for k, v in curve[0].items() if isinstance(v, dict)]
     table = Table(title=f"accuracy by step ({curve[0]['problems']} problems)", box=None, pad_edge=False)
-    for column in ("step", "model", *names):
-        table.add_column(column, justify="left" if column == "model" else "right")
+    flags = any(row.get("shortcut") for row in curve)
+    for column in ("step", "model", *names, *(["shortcut"] if flags else [])):
+        table.add_column(column, justify="left" if column in ("model", "shortcut") else "right")
     for row in curve:
         cells = []
         for name in names:
             low, high = row[name]["ci95"] or (None, None)
             interval = f" [{low:.3f}, {high:.3f}]" if low is not None else ""
             cells.append(f"{row[name]['accuracy']:.3f}{interval}")
+        if flags:
+            cells.append(", ".join(row.get("shortcut") or []).replace("_", " "))
         table.add_row(str(row["step"]), row["model"], *cells)
     return table

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from grpo_cli.plan.memory import GIB, Plan
+from grpo_cli.preflight.constant_policy import ConstantPolicies
 from grpo_cli.preflight.sampling import SampledGroups
 from grpo_cli.preflight.validation_time import ValidationTiming
 from grpo_cli.recipe.schema import Recipe
@@ -37,12 +38,14 @@ def advise(
     arch,
     hours: float,
     validation: ValidationTiming | None = None,
+    constants: ConstantPolicies | None = None,
 ) -> list[Advice]:
-    """Override lines for each figure that calls for one: fit, learning signal, tools, truncation, time (the steps
-    and the validation passes between them)."""
+    """Override lines for each figure that calls for one: fit, learning signal, a constant answer that out-earns
+    the base model, tools, truncation, time (the steps and the validation passes between them)."""
     return [
         *_fit_advice(recipe, verdict, verdict_smi, arch),
         *_signal_advice(recipe, groups),
+        *([Advice(constants.warning)] if constants is not None and constants.warning else []),
         *_tool_advice(groups.tools, groups.completions),
         *_truncation_advice(recipe, groups),
         *_time_advice(eta_s + (validation.eta_s if validation else 0.0), total_steps, hours),

@@ -10,6 +10,7 @@ from pathlib import Path
 
 from grpo_cli.plan.memory import Plan
 from grpo_cli.preflight.advice import Advice, advise, fits_on_gpu
+from grpo_cli.preflight.constant_policy import ConstantPolicies, constant_policies, verifier_reward
 from grpo_cli.preflight.measure import StepMeasurement
 from grpo_cli.preflight.sampling import SampledGroups
 from grpo_cli.preflight.validation_time import ValidationTiming, time_validation
@@ -35,6 +36,7 @@ class Preflight:
     seconds: float
     warmup: WarmupTiming | None = None  # the warm-up's timed steps, when the recipe has one
     validation: ValidationTiming | None = None  # one timed batch of validation, when the recipe validates
+    constants: ConstantPolicies | None = None  # the most common reference answers as constant completions
 
     @property
     def peak_error_pct(self) -> float:
@@ -82,6 +84,8 @@ def run_preflight(
         )
         warmup = time_warmup(isolated, work, steps, show) if recipe.warmup is not None else None
         groups = sample_groups(isolated, prompts or default_prompt_count(recipe), show)  # from the model as it starts
+        show("scoring constant answers with the verifier rewards", new_phase=True)
+        constants = constant_policies(recipe, verifier_reward(recipe, [r.mean for r in groups.rewards]))
         try:
             measured = measure_steps(isolated, work, steps, show)
         except EnvironmentFailure as failure:  # the run would stop on it too (train/run.py)
@@ -101,7 +105,7 @@ def run_preflight(
     validation = time_validation(isolated, total_steps, show) if recipe.validation is not None else None
     expected_step, worst_step = expected_step_seconds(recipe, measured, groups, step_s, generation_s)
     eta_s = total_steps * expected_step
-    advice = advise(recipe, groups, verdict, verdict_smi, eta_s, total_steps, arch, hours, validation)
+    advice = advise(recipe, groups, verdict, verdict_smi, eta_s, total_steps, arch, hours, validation, constants)
     return Preflight(
         recipe,
         measured,
@@ -119,6 +123,7 @@ def run_preflight(
         time.perf_counter() - started,
         warmup,
         validation,
+        constants,
     )
 
 

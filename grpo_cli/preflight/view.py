@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from rich.markup import escape
+
 from grpo_cli.plan.memory import GIB
 from grpo_cli.plan.view import override_args, warmup_lines
 from grpo_cli.preflight.run import Preflight
@@ -54,6 +56,7 @@ def preflight_json(result: Preflight) -> dict[str, Any]:
         "advice": [{"reason": a.reason, "overrides": override_args(a.changes)} for a in result.advice],
         "seconds": round(result.seconds, 1),
         "warmup": _warmup_json(result),
+        "constant_policies": _constants_json(result),
         "validation": None
         if result.validation is None
         else {
@@ -64,6 +67,35 @@ def preflight_json(result: Preflight) -> dict[str, Any]:
             "eta_s": round(result.validation.eta_s, 3),
         },
     }
+
+
+def _constants_json(result: Preflight) -> dict[str, Any] | None:
+    c = result.constants
+    if c is None:
+        return None
+    return {
+        "rows": c.rows,
+        "base_reward": c.base_reward,
+        "policies": [
+            {"answer": p.answer, "completion": p.completion, "share": round(p.share, 4), "reward": p.reward}
+            for p in c.policies
+        ],
+        "warning": c.warning,
+    }
+
+
+def constants_line(result: Preflight) -> str | None:
+    """`constant answers: `yes` 0.53, `no` 0.47 (...); the base model 0.31`, for a recipe with reference answers and
+    a verifier."""
+    c = result.constants
+    if c is None or not c.policies:
+        return None
+    earned = ", ".join(f"`{escape(p.answer)}` {'-' if p.reward is None else f'{p.reward:.2f}'}" for p in c.policies)
+    base = "-" if c.base_reward is None else f"{c.base_reward:.2f}"
+    return (
+        f"[bold]constant[/] answers to every prompt earn {earned} (mean verifier reward on {c.rows} training rows); "
+        f"the base model {base}"
+    )
 
 
 def _warmup_json(result: Preflight) -> dict[str, Any] | None:
@@ -81,8 +113,6 @@ def _warmup_json(result: Preflight) -> dict[str, Any] | None:
 
 
 def print_preflight(console, result: Preflight, command: str) -> None:
-    from rich.table import Table
-
     m, s = result.measured, result.groups
     kind = "torch.cuda.max_memory_allocated" if m.device == "cuda" else "live tensors on this CPU"
     console.print(
@@ -143,10 +173,23 @@ def print_preflight(console, result: Preflight, command: str) -> None:
             f"call), {t['failure_rate']:.0%} of calls failed, malformed attempts in "
             f"{t['completions_with_malformed']:.0%} of completions, {t['turns_per_completion']:.1f} turns each"
         )
+    _print_rewards(console, result)
+    if not result.advice:
+        console.print("[green]no advice[/]: nothing measured calls for a change")
+    for a in result.advice:
+        line = f"  {command} {' '.join(override_args(a.changes))}" if a.changes else ""
+        console.print(f"[yellow]advice[/] {escape(a.reason)}" + (f"\n{line}" if line else ""), soft_wrap=True)
+    console.print(f"[dim]preflight took {result.seconds:.0f} s; nothing was written to {result.recipe.output_dir}[/]")
+
+
+def _print_rewards(console, result: Preflight) -> None:
+    """Each reward's figures on the sampled completions, then what constant answers earn (constant_policy.py)."""
+    from rich.table import Table
+
     table = Table(box=None, pad_edge=False)
     for column in ("reward", "weight", "mean", "std", "min", "max", "failed"):
         table.add_column(column, justify="left" if column == "reward" else "right")
-    for r in s.rewards:
+    for r in result.groups.rewards:
         table.add_row(
             r.name,
             f"{r.weight:g}",
@@ -154,12 +197,9 @@ def print_preflight(console, result: Preflight, command: str) -> None:
             str(r.failed),
         )
     console.print(table)
-    if not result.advice:
-        console.print("[green]no advice[/]: nothing measured calls for a change")
-    for a in result.advice:
-        line = f"  {command} {' '.join(override_args(a.changes))}" if a.changes else ""
-        console.print(f"[yellow]advice[/] {a.reason}" + (f"\n{line}" if line else ""), soft_wrap=True)
-    console.print(f"[dim]preflight took {result.seconds:.0f} s; nothing was written to {result.recipe.output_dir}[/]")
+    line = constants_line(result)
+    if line:
+        console.print(line, soft_wrap=True, highlight=False)
 
 
 def _duration(seconds: float) -> str:

@@ -159,9 +159,10 @@ def _evaluations(run_dir: Path) -> list[str]:
         data = (
             Path(summary["data"]["source"]).stem if Path(summary["data"]["source"]).suffix else summary["data"]["split"]
         )
-        cells = " | ".join(_accuracy(summary["filters"][name]) for name in ("strict-match", "flexible-extract"))
         if summary["protocol"] == "task":  # the recipe's own verifiers, named in the cell
             cells = "; ".join(f"{name} {_accuracy(f)}" for name, f in summary["filters"].items())
+        else:
+            cells = " | ".join(_accuracy(summary["filters"][name]) for name in ("strict-match", "flexible-extract"))
         form = "-" if summary["format_rate"] is None else f"{100 * summary['format_rate']:.1f}%"
         model = summary["target"] + _decoding(summary.get("sampling"))
         row = f"| {summary['protocol']}, {data} | {model} | {summary['problems']} | {cells} | {form} |"

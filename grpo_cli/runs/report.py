@@ -1,5 +1,5 @@
-"""`grpo report`: reward (with the held-out validation accuracy beside it), KL and completion-length curves of a run
-as one PNG."""
+"""`grpo report`: reward (with the held-out validation accuracy beside it, and a cross where validation flagged a
+shortcut), KL and completion-length curves of a run as one PNG."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from pathlib import Path
 from grpo_cli.errors import UserError
 from grpo_cli.files import check_writable_file, read_jsonl
 from grpo_cli.runs.layout import METRICS_FILE, REPORT_FILE, WARMUP_DIR, reward_keys
-from grpo_cli.runs.validation_curve import PREFIX, accuracy_keys
+from grpo_cli.runs.validation_curve import PREFIX, accuracy_keys, shortcut_points
 
 TOOL_KEYS = ("tools/call_frequency", "tools/failure_frequency", "tools/malformed_frequency")
 
@@ -69,6 +69,8 @@ def plot_run(run_dir: Path, output: Path | None = None, warn=None) -> Path:
             points = [(s, v) for s, v in zip(steps, values) if v is not None]
             if points:
                 ax.plot(*zip(*points), **_line_style(key))
+        if any(key.startswith(PREFIX) for key in keys):  # the reward's panel, with validation's accuracy
+            _mark_shortcuts(ax, rows)
         ax.set_title(title)
         ax.grid(alpha=0.3)
         if len(keys) > 1:
@@ -79,6 +81,17 @@ def plot_run(run_dir: Path, output: Path | None = None, warn=None) -> Path:
     fig.savefig(output, dpi=110)
     plt.close(fig)
     return output
+
+
+def _mark_shortcuts(ax, rows: list[dict]) -> None:
+    """A red cross on the validation curve where the shortcut flag was raised (eval/shortcuts.py), the first one
+    named: an accuracy that rises while the model gives one answer to everything is not the task learned."""
+    points = shortcut_points(rows)
+    if not points:
+        return
+    ax.plot(*zip(*points), linestyle="none", marker="x", markersize=10, color="red", label="shortcut flagged")
+    step, accuracy = points[0]
+    ax.annotate(f"shortcut (step {step})", (step, accuracy), textcoords="offset points", xytext=(6, 6), color="red")
 
 
 def _line_style(key: str) -> dict:

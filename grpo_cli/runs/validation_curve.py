@@ -7,6 +7,10 @@ from dataclasses import dataclass
 
 PREFIX = "val/"
 SECONDS_KEY = "val/seconds"  # generation and scoring, left out of the training step's step_time_s
+# The task protocol's shortcut flag (eval/shortcuts.py): the kinds raised (`one_answer`, `below_baseline`; [] for
+# none) and, when raised, the reasons in words.
+SHORTCUT_KEY = "val/shortcut"
+SHORTCUT_REASON_KEY = "val/shortcut_reason"
 
 
 def accuracy_key(name: str) -> str:
@@ -65,3 +69,21 @@ def best_line(rows: list[dict]) -> str | None:
         f"{b.name} best {b.accuracy:.3f} at step {b.step} (last {b.last:.3f} at step {b.last_step})" for b in bests
     )
     return f"validation on {problems} held-out problems, {bests[0].validations} times: {figures}"
+
+
+def shortcut_points(rows: list[dict]) -> list[tuple[int, float]]:
+    """(step, accuracy of the first filter or verifier) of each validation whose shortcut flag was raised."""
+    keys = accuracy_keys(rows)
+    return [
+        (row["step"], row[keys[0]])
+        for row in rows
+        if keys and row.get(SHORTCUT_KEY) and isinstance(row.get(keys[0]), (int, float))
+    ]
+
+
+def new_shortcut(row: dict, earlier: list[dict]) -> str | None:
+    """The console's line when `row` raises a kind of shortcut flag no `earlier` validation raised; None otherwise."""
+    seen = {kind for r in earlier for kind in (r.get(SHORTCUT_KEY) or [])}
+    if not set(row.get(SHORTCUT_KEY) or []) - seen:
+        return None
+    return f"shortcut flagged at step {row['step']}: {row.get(SHORTCUT_REASON_KEY, '')}"

@@ -10,7 +10,7 @@ from rich.table import Table
 
 from grpo_cli.progress import progress_bar
 from grpo_cli.runs.layout import headline_keys
-from grpo_cli.runs.validation_curve import PREFIX, SECONDS_KEY, accuracy_keys
+from grpo_cli.runs.validation_curve import PREFIX, SECONDS_KEY, accuracy_keys, new_shortcut
 
 SHOWN = (
     ("reward", "reward"),
@@ -86,6 +86,9 @@ class TrainingDisplay:
             highlight=False,
             soft_wrap=True,
         )
+        flagged = new_shortcut(row, self.validations[:-1])  # once per kind of flag (task protocol: eval/shortcuts.py)
+        if flagged:
+            self.console.print(flagged, style="yellow", highlight=False, soft_wrap=True)
 
     def summary(self) -> Table:
         """First and last logged values of the headline metrics."""
