@@ -30,7 +30,7 @@ def questions(task: str, split: str, seed: int = 0) -> set[str]:
 
 
 def test_hand_checked_rows():
-    parity = TASKS["parity"][1]
+    parity = TASKS["parity"].row
     assert parity((47,)) == {"question": "Is 47 an even number? Answer yes or no.", "answer": "no"}
     assert parity((2,))["answer"] == "yes" and parity((9_998,))["answer"] == "yes" and parity((1,))["answer"] == "no"
 

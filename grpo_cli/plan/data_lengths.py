@@ -29,13 +29,20 @@ class DataLengths:
 
 
 def read_data_lengths(recipe: Recipe) -> tuple[DataLengths | None, str]:
-    """The data's prompt lengths, or None and one line saying why the plan stays at the recipe's limits."""
+    """The data's prompt lengths, or None and one line saying why the plan stays at the recipe's limits. A data file
+    with a line too long to read whole (files.long_line) is refused: training could not read it either."""
     data = recipe.data
     if recipe.environment is not None:
         return None, "the environment's reset() may rewrite each prompt, so the plan stays at the recipe's limits"
     generated = data.source == GENERATED or task_name(data.source) is not None
     if not generated and not Path(data.source).expanduser().is_file():
         return None, f"data.source `{data.source}` is not a local file: planned at the recipe's limits"
+    if not generated and Path(data.source).suffix == ".jsonl":
+        from grpo_cli.files import long_line
+
+        too_long = long_line(Path(data.source).expanduser())  # before any line is read whole
+        if too_long:
+            raise UserError(too_long, path="data.source")
     key = _cache_key(recipe)
     cached = _cache_file(key)
     try:
@@ -96,6 +103,12 @@ def _cache_key(recipe: Recipe) -> str:
 
 
 def _tokenizer_identity(recipe: Recipe) -> str:
+    if recipe.model.chat_template:  # another template renders other prompt lengths
+        return f"{_tokenizer_files(recipe)}|template:{recipe.model.chat_template}"
+    return _tokenizer_files(recipe)
+
+
+def _tokenizer_files(recipe: Recipe) -> str:
     name = recipe.model.tokenizer or recipe.model.name
     try:
         location = Path(model_location(name))

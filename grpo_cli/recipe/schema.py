@@ -26,15 +26,9 @@ MixedPrecision = Annotated[Literal["auto", "bf16", "fp16", "no"], BeforeValidato
 Names = Annotated[list[str], BeforeValidator(lambda v: [v] if isinstance(v, str) else v)]
 LossType = Literal["grpo", "bnpo", "dr_grpo", "dapo", "cispo", "sapo", "luspo", "vespo"]
 Optimizer = Literal[
-    "adamw_torch",
-    "adamw_torch_fused",
-    "adamw_8bit",
-    "adamw_bnb_8bit",
-    "paged_adamw_8bit",
-    "paged_adamw_32bit",
-    "adafactor",
-    "sgd",
-]
+    "adamw_torch", "adamw_torch_fused", "adamw_8bit", "adamw_bnb_8bit", "paged_adamw_8bit", "paged_adamw_32bit",
+    "adafactor", "sgd",
+]  # fmt: skip
 Scheduler = Literal[
     "linear", "cosine", "cosine_with_restarts", "polynomial", "constant", "constant_with_warmup", "cosine_with_min_lr"
 ]
@@ -86,6 +80,11 @@ class ModelSection(Section):
     )
     revision: str | None = Field(None, description="Hub branch, tag or commit.")
     tokenizer: str | None = Field(None, description="Tokenizer id or directory when it differs from the model's.")
+    chat_template: str | None = Field(
+        None,
+        min_length=1,
+        description="Instead of the tokenizer's: a template TRL ships (qwen2_5) or a .jinja file.",
+    )
     architecture: ArchitectureSection | None = Field(
         None,
         description="Shape for `grpo plan` when neither a config.json, a .gguf header nor the built-in table has it.",

@@ -10,8 +10,9 @@ from __future__ import annotations
 from grpo_cli.errors import UserError
 
 _FIX = (
-    "use a model whose chat template supports tools (Qwen2.5 or Qwen3 Instruct, Llama 3.1/3.2 Instruct), or "
-    "point model.tokenizer at a tokenizer with such a template"
+    "use a model whose chat template supports tools (Qwen2.5 or Qwen3 Instruct, Llama 3.1/3.2 Instruct), set "
+    "model.chat_template to one TRL ships that speaks the model's format (ChatML models: qwen2_5), or point "
+    "model.tokenizer at a tokenizer with such a template"
 )
 
 

@@ -126,9 +126,10 @@ def sft_trainer(recipe: Recipe, folder: Path, setup: WarmupSetup, rows: list[dic
     from transformers import PrinterCallback
     from trl import SFTConfig, SFTTrainer
 
+    masks = {"assistant_only_loss": True} if _has_tool_turns(rows) and _masks_assistant_turns(setup.tokenizer) else {}
     trainer = SFTTrainer(
         model=setup.model,
-        args=SFTConfig(**{**sft_config_kwargs(recipe, folder, setup.on_cpu, setup.mixed), **config}),
+        args=SFTConfig(**{**sft_config_kwargs(recipe, folder, setup.on_cpu, setup.mixed), **masks, **config}),
         train_dataset=datasets.Dataset.from_list(rows),
         processing_class=setup.tokenizer,
         peft_config=setup.lora,
@@ -136,6 +137,25 @@ def sft_trainer(recipe: Recipe, folder: Path, setup: WarmupSetup, rows: list[dic
     )
     trainer.remove_callback(PrinterCallback)  # our display and metrics file replace its raw log lines
     return trainer
+
+
+def _has_tool_turns(rows: list[dict]) -> bool:
+    return any(isinstance(m, dict) and m.get("role") == "tool" for row in rows for m in row.get("completion") or ())
+
+
+def _masks_assistant_turns(tokenizer) -> bool:
+    """Whether TRL can tell the model's turns from the tools' answers in this template: then only the model's own
+    tokens are trained on, as GRPO masks tool results out of its loss. Otherwise the tools' answers are trained on
+    too (they are short, and the model reads them rather than writes them)."""
+    from trl.chat_template_utils import get_training_chat_template, has_generation_markers
+
+    if has_generation_markers(tokenizer.chat_template):
+        return True
+    try:
+        get_training_chat_template(tokenizer)
+    except ValueError:
+        return False
+    return True
 
 
 def _sample(recipe: Recipe, setup: WarmupSetup, console: Console) -> WarmupExamples:

@@ -4,12 +4,13 @@ from the model itself: warmup_sampling.py.)"""
 
 from __future__ import annotations
 
+import json
 import re
 from dataclasses import dataclass, field
 from typing import Any
 
 from grpo_cli.errors import UserError
-from grpo_cli.recipe.schema import DataSection, Recipe
+from grpo_cli.recipe.schema import DataSection, Recipe, ToolSpec
 from grpo_cli.recipe.warmup_section import REFERENCE, SELF, WarmupSection
 
 # GSM8K's calculator annotations (`<<48/2=24>>`): tool traces of the annotators, not text a model should learn.
@@ -33,7 +34,13 @@ class WarmupExamples:
             )
         if s.get("source") == REFERENCE:
             held = f"; rows past data.limit {s['limit']} stay held out" if s.get("limit") else ""
-            return f"{len(self.rows)} examples: training rows with their reference solutions ({s['format']}){held}"
+            calls = ""
+            if "tool_calls" in s:
+                calls = f"; {s['tool_calls']} calls"
+                calls += f", {s['malformed']} rows dropped for a malformed annotation" if s["malformed"] else ""
+            return (
+                f"{len(self.rows)} examples: training rows with their reference solutions ({s['format']}){calls}{held}"
+            )
         return f"{len(self.rows)} examples from {s.get('source')}"
 
 
@@ -43,7 +50,7 @@ def training_examples(recipe: Recipe) -> WarmupExamples | None:
     if warm.source == SELF:
         return None
     if warm.source == REFERENCE:
-        return reference_examples(recipe.data, warm.count, recipe.training.seed)
+        return reference_examples(recipe.data, warm.count, recipe.training.seed, recipe.tools)
     return dataset_examples(warm)
 
 
@@ -95,22 +102,75 @@ def _pair(prompt: Any, completion: Any) -> dict[str, Any] | None:
     return None
 
 
-def reference_examples(data: DataSection, count: int | None, seed: int) -> WarmupExamples:
+def reference_examples(data: DataSection, count: int | None, seed: int, tools: list[ToolSpec] = ()) -> WarmupExamples:
     """The first `count` training rows (those GRPO trains on: within data.limit, after its shuffle and filters), each
-    prompted as GRPO prompts it and answered with its reference solution in the asked format."""
+    prompted as GRPO prompts it and answered with its reference solution in the asked format. When the recipe offers
+    the calculator, each annotated step of a GSM8K-format solution becomes a calculator call (tools/traces.py)."""
     from grpo_cli.data import build_prompt, select_rows
 
     rows, _ = select_rows(data, seed)
     rows = rows[:count] if count else rows
-    examples = [
-        {
-            "prompt": build_prompt(str(row[data.prompt_column]), data.system_prompt, data.chat),
-            "completion": as_completion(reference_solution(str(row[data.answer_column]), data), data.chat),
-        }
-        for row in rows
-    ]
     fmt = "`#### <answer>`" if data.answer_marker == "hashes" else "`<answer>` tags"
-    return WarmupExamples(examples, {"source": REFERENCE, "rows": len(examples), "limit": data.limit, "format": fmt})
+    source = {"source": REFERENCE, "rows": len(rows), "limit": data.limit, "format": fmt}
+    prompts = [build_prompt(str(row[data.prompt_column]), data.system_prompt, data.chat) for row in rows]
+    answers = [str(row[data.answer_column]) for row in rows]
+    if calls_calculator(data, tools):
+        return _trace_examples(prompts, answers, data, tools, source)
+    examples = [
+        {"prompt": prompt, "completion": as_completion(reference_solution(answer, data), data.chat)}
+        for prompt, answer in zip(prompts, answers)
+    ]
+    return WarmupExamples(examples, source)
+
+
+def calls_calculator(data: DataSection, tools: list[ToolSpec]) -> bool:
+    """Whether reference solutions become calculator traces: chat prompts, GSM8K-format solutions (their `<<...>>`
+    notes are the calls) and a tool named `calculator` among the recipe's tools."""
+    from grpo_cli.tools.traces import TOOL
+
+    return data.chat and data.answer_format == "gsm8k" and any(_tool_name(spec) == TOOL for spec in tools)
+
+
+def _tool_name(spec: ToolSpec) -> str:
+    return spec.name.rsplit(":", 1)[-1]
+
+
+def _trace_examples(prompts, answers, data: DataSection, tools, source: dict[str, Any]) -> WarmupExamples:
+    """Reference solutions as calculator traces; rows whose annotations the calculator cannot reproduce are dropped
+    and counted. Each example carries the tools' schemas so the template renders them as GRPO's prompts do."""
+    from grpo_cli.data import gold_answer
+    from grpo_cli.tools.traces import calculator_trace
+
+    schemas = json.dumps(tool_schemas(tools))
+    examples, problems, calls = [], [], 0
+    for prompt, answer in zip(prompts, answers):
+        worked = answer.split("####", 1)[0]
+        trace = calculator_trace(worked, with_marker("", gold_answer(answer, data.answer_format), data))
+        if trace.messages is None:
+            problems.append(trace.problem)
+            continue
+        calls += trace.calls
+        examples.append({"prompt": prompt, "completion": trace.messages, "tools": schemas})
+    if not examples:
+        first = f" (the first: {problems[0]})" if problems else ""
+        raise UserError(f"no reference solution could be written as calculator calls{first}", path=KEY)
+    source.update(
+        format=f"calculator calls at each annotated step, then {source['format']}",
+        tool_calls=calls,
+        malformed=len(problems),
+        malformed_examples=problems[:3],
+        without_calls=sum(1 for e in examples if len(e["completion"]) == 1),
+    )
+    return WarmupExamples(examples, source)
+
+
+def tool_schemas(tools: list[ToolSpec]) -> list[dict[str, Any]]:
+    """The JSON schemas the chat template renders for the recipe's tools, as TRL builds them for GRPO's prompts."""
+    from transformers.utils import get_json_schema
+
+    from grpo_cli.tools.registry import guarded_tools
+
+    return [get_json_schema(tool) for tool in guarded_tools(tools)]
 
 
 def reference_solution(raw: str, data: DataSection) -> str:
