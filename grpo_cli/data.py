@@ -9,7 +9,7 @@ from typing import Any
 from grpo_cli.errors import UserError
 from grpo_cli.recipe.generated_tasks import generate_task, task_name
 from grpo_cli.recipe.schema import DataSection
-from grpo_cli.recipe.sources import GENERATED, LOCAL_DATA_BUILDERS
+from grpo_cli.recipe.sources import GENERATED, LOCAL_DATA_BUILDERS, directory_named_as_file
 from rewards.answers import normalize_number, to_number
 from rewards.gsm8k_task import generate_problems, gsm8k_gold, has_numeric_gold, solution_steps
 
@@ -30,6 +30,8 @@ def load_rows(
     if task_name(source) is not None:
         return datasets.Dataset.from_list(generate_task(source, split, limit or DEFAULT_GENERATED_ROWS, seed, key))
     path = Path(source).expanduser()
+    if path.is_dir() and path.suffix in LOCAL_DATA_BUILDERS:
+        raise UserError(directory_named_as_file(path, key), path=key)
     if path.is_file():
         builder = LOCAL_DATA_BUILDERS.get(path.suffix)
         if builder is None:
@@ -108,7 +110,7 @@ def select_rows(data: DataSection, seed: int = 0) -> tuple[list[dict[str, Any]],
     missing = [c for c in (data.prompt_column, data.answer_column) if c and c not in rows.column_names]
     if missing:
         key = "data.prompt_column" if data.prompt_column in missing else "data.answer_column"
-        raise UserError(f"column {missing[0]!r} not in the data; it has: {', '.join(rows.column_names)}", path=key)
+        raise UserError(f"column {missing[0]!r} not in {data.source}; it has: {', '.join(rows.column_names)}", path=key)
     if data.shuffle_seed is not None:
         rows = rows.shuffle(seed=data.shuffle_seed)
     if data.limit is not None and len(rows) > data.limit:

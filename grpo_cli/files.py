@@ -102,6 +102,36 @@ def _name_max(directory: Path) -> int:
     return 255
 
 
+# A line of a JSON Lines data file longer than this is refused before it is read whole: 4 MiB of text is about a
+# million tokens, past the context of any model trained here, while one such line parsed and tokenized costs
+# gigabytes.
+MAX_LINE_BYTES = 4 * 2**20
+
+
+def long_line(path: Path, first: int | None = None, limit: int = MAX_LINE_BYTES) -> str | None:
+    """Why a line of `path` (of its `first` lines) is too long to read, or None. Read in chunks no longer than
+    `limit`, so memory stays bounded whatever the file holds, and a file of short lines is scanned at disk speed."""
+    number, run = 1, 0  # the line being read, and its bytes so far
+    with open(path, "rb") as handle:
+        while first is None or number <= first:
+            chunk = handle.read(min(limit, 2**20))
+            if not chunk:
+                break
+            end = chunk.find(b"\n")
+            # a line wholly inside one chunk is no longer than the chunk: only the one that spans chunks can be
+            if run + (len(chunk) if end < 0 else end) > limit:
+                return (
+                    f"line {number} of {path} is longer than {limit // 2**20} MiB: no model reads a prompt that "
+                    "long; split or remove that row"
+                )
+            if end >= 0:
+                number += chunk.count(b"\n")
+                run = len(chunk) - chunk.rfind(b"\n") - 1
+            else:
+                run += len(chunk)
+    return None
+
+
 @dataclass
 class JsonLines:
     rows: list[dict[str, Any]] = field(default_factory=list)

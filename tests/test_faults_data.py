@@ -3,6 +3,8 @@ that names the data and what a row needs, exit 2, no traceback, and nothing writ
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from typer.testing import CliRunner
 
@@ -63,3 +65,47 @@ def test_a_failing_reward_is_named_as_the_recipe_names_it(tmp_path, tiny_llama):
     recipe = write_recipe(tmp_path, tiny_llama, rewards=rewards)
     line = fails_cleanly(runner.invoke(app, ["train", str(recipe)]), f"reward `{tmp_path / 'b_rewards.py'}:score`")
     assert "a_rewards.py" not in line, line
+
+
+def test_a_data_line_longer_than_any_prompt_is_refused_fast_in_bounded_memory(tmp_path, tiny_llama):
+    """One 64 MiB line: `plan` (which reads every row) and `validate` (which reads the first rows) refuse it by line
+    number without reading it whole, let alone tokenizing it."""
+    import tracemalloc
+
+    data = tmp_path / "train.jsonl"
+    with open(data, "w", encoding="utf-8") as handle:
+        handle.write('{"question": "')
+        for _ in range(64):
+            handle.write("x " * 2**19)
+        handle.write('", "answer": "#### 1"}\n')
+    recipe = write_recipe(tmp_path, tiny_llama, data={"source": str(data), "limit": None})
+    for command in (["plan", str(recipe), "--device", "cpu", "--ram", "8GB"], ["validate", str(recipe)]):
+        tracemalloc.start()
+        try:
+            result = runner.invoke(app, command)
+            peak = tracemalloc.get_traced_memory()[1]
+        finally:
+            tracemalloc.stop()
+        fails_cleanly(result, "data.source", f"line 1 of {data} is longer than 4 MiB", "split or remove that row")
+        assert peak < 32 * 2**20, f"{command[0]}: {peak / 2**20:.0f} MiB"
+    # past the rows validate reads: plan still finds it, by its number
+    rows = "".join(json.dumps(row) + "\n" for row in generate_problems(30))
+    data.write_text(rows + '{"question": "' + "x " * 2**21 + '", "answer": "#### 1"}\n', encoding="utf-8")
+    result = runner.invoke(app, ["plan", str(recipe), "--device", "cpu", "--ram", "8GB"])
+    fails_cleanly(result, "data.source", f"line 31 of {data} is longer than 4 MiB")
+
+
+def test_a_directory_named_like_a_data_file_is_refused_naming_it(tmp_path, tiny_llama):
+    folder = tmp_path / "train.jsonl"
+    folder.mkdir()
+    write_jsonl([{"q": "What is 1 plus 1?", "a": "#### 2"}] * 8, folder / "part.jsonl")
+    recipe = write_recipe(tmp_path, tiny_llama, data={"source": str(folder), "limit": None})
+    for command in (["validate", str(recipe)], ["train", str(recipe)]):
+        fails_cleanly(runner.invoke(app, command), "data.source", f"{folder} is a directory, not a .jsonl file")
+    assert not (tmp_path / "run").exists()
+    # the task protocol reads data.source without validating it first: refused where it is loaded, by the same line
+    result = runner.invoke(
+        app, ["eval", str(recipe), "--protocol", "task", "--limit", "2", "--output", str(tmp_path / "out")]
+    )
+    fails_cleanly(result, "data.source", f"{folder} is a directory, not a .jsonl file")
+    assert not (tmp_path / "out").exists()

@@ -5,6 +5,7 @@ one line naming the file, exit 2, no traceback, and nothing the user had is chan
 
 from __future__ import annotations
 
+import json
 import os
 import shlex
 import shutil
@@ -211,3 +212,103 @@ def test_a_file_system_without_locks_runs_the_command_unguarded(tmp_path, monkey
     with sole_writer(tmp_path / "run", "grpo train"):
         ran.append((tmp_path / "run").is_dir())
     assert ran == [True]
+
+
+def test_a_checkpoint_holding_only_its_adapter_config_is_skipped_by_the_curve(tmp_path, lora_run):
+    """An interrupted save can leave adapter_config.json without the weights: `--checkpoints` skips that checkpoint
+    with a warning naming it and draws the others."""
+    run_dir = copy_of(lora_run, tmp_path)
+    checkpoint = run_dir / "checkpoint-2"
+    for file in checkpoint.iterdir():
+        if file.name != "adapter_config.json":
+            file.unlink()
+    out = tmp_path / "curve"
+    result = runner.invoke(app, ["eval", "--checkpoints", str(run_dir), *EVAL, "--output", str(out)])
+    assert result.exit_code == 0, result.output
+    said = " ".join(result.output.split())  # the console wraps long lines
+    assert f"{checkpoint} skipped" in said and "adapter_model.safetensors is missing" in said
+    curve = [json.loads(line) for line in (out / "curve.jsonl").read_text().splitlines()]
+    assert [(row["step"], row["model"]) for row in curve] == [(0, "base"), (1, "checkpoint-1"), (2, "final")]
+    evaluated = runner.invoke(app, ["eval", "--run", str(checkpoint), *EVAL])  # asked for by name: refused
+    fails_cleanly(evaluated, "checkpoint-2/adapter_model.safetensors", "is missing", f"--run {run_dir}/checkpoint-N")
+
+
+def test_a_cut_adapter_config_is_named_by_export_before_the_base_model_loads(tmp_path, lora_run, monkeypatch):
+    import transformers
+
+    def never(*args, **kwargs):
+        raise AssertionError("the base model loaded before the adapter was checked")
+
+    monkeypatch.setattr(transformers.AutoModelForCausalLM, "from_pretrained", never)
+    run_dir = copy_of(lora_run, tmp_path)
+    cut_short(run_dir / "final" / "adapter_config.json")
+    result = runner.invoke(app, ["export", str(run_dir), "--merge", str(tmp_path / "merged")])
+    fails_cleanly(result, "final/adapter_config.json", "cut short", "restore it")
+    assert not (tmp_path / "merged").exists()
+
+
+def write_metrics(path: Path, rows: list) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join(json.dumps(row) + "\n" for row in rows))
+
+
+def test_report_draws_metrics_with_wrongly_typed_values_and_names_them(tmp_path):
+    run = tmp_path / "run"
+    write_metrics(
+        run / "metrics.jsonl",
+        [
+            {"step": 1, "reward": 0.1, "completions/mean_length": 5, "peak_memory_kind": "cpu_peak_rss"},
+            {"step": "2", "reward": 0.2, "completions/mean_length": 5},
+            {"step": 3, "reward": [1], "kl": "x", "completions/mean_length": {"a": 1}},
+            {"step": True, "reward": 0.3},
+            {"step": 4, "reward": "0.4", "rewards/correctness/mean": None, "completions/mean_length": 6},
+        ],
+    )
+    result = runner.invoke(app, ["report", str(run)])
+    assert result.exit_code == 0, result.output
+    assert "Traceback" not in result.output
+    assert "skipped 2 line(s)" in result.output and "whose step is not a whole number" in result.output
+    assert "not numbers" in result.output and "(completions/mean_length, kl, reward)" in result.output
+    assert (run / "report.png").stat().st_size > 0
+
+
+def test_report_of_a_run_stopped_in_its_warm_up_draws_the_warm_up(tmp_path):
+    run = tmp_path / "run"
+    write_metrics(run / "warmup" / "metrics.jsonl", [{"step": 1, "loss": 0.7}, {"step": 2, "loss": 0.5}])
+    result = runner.invoke(app, ["report", str(run)])
+    assert result.exit_code == 0, result.output
+    assert "logged no GRPO step yet" in result.output and (run / "report.png").stat().st_size > 0
+    (run / "metrics.jsonl").write_text('{"step": 1, "rew')  # GRPO's first line, cut by a kill
+    assert runner.invoke(app, ["report", str(run)]).exit_code == 0
+    fails_cleanly(runner.invoke(app, ["report", str(tmp_path / "empty")]), "metrics.jsonl not found")
+
+
+def test_a_file_size_limit_hit_while_saving_is_one_line_and_the_run_continues(tmp_path, tiny_llama):
+    """`ulimit -f` below a checkpoint's size: the save fails inside torch (in its own words, no errno); the kernel's
+    SIGXFSZ tells it apart. One line, exit 2, the logged step kept, and the same command finishes once it is lifted."""
+    import resource
+
+    recipe = write_recipe(tmp_path, tiny_llama, lora={"r": 4, "dropout": 0.0}, training={"max_steps": 2})
+    soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (40 * 1024, hard))  # the adapter fits, the optimizer state does not
+    try:
+        result = runner.invoke(app, ["train", str(recipe)])
+    finally:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
+    line = fails_cleanly(result, "file-size limit (40960 bytes)", "ulimit -f unlimited", "--resume")
+    assert len(result.output.strip().splitlines()[-1]) == len(line)
+    assert '"step": 1' in (tmp_path / "run" / "metrics.jsonl").read_text()
+    again = runner.invoke(app, ["train", str(recipe)])
+    assert again.exit_code == 0, again.output
+    assert (tmp_path / "run" / "final" / "adapter_model.safetensors").is_file()
+
+
+def test_evaluating_a_read_only_run_into_another_folder_never_writes_the_run(tmp_path, lora_run):
+    """`--output` elsewhere: the run's model card reads only RUN/eval/, so the run is not written at all."""
+    run_dir = copy_of(lora_run, tmp_path / "copy")
+    before = files_of(run_dir)
+    out = tmp_path / "elsewhere"
+    code, output = rerun_read_only(run_dir, ["eval", "--run", str(run_dir), *EVAL, "--output", str(out)])
+    assert code == 0, output
+    assert json.loads((out / "summary.json").read_text())["problems"] == 2
+    assert files_of(run_dir) == before

@@ -15,7 +15,7 @@ from grpo_cli.eval.store import refuse_foreign
 from grpo_cli.eval.targets import Target, run_target
 from grpo_cli.files import read_jsonl
 from grpo_cli.recipe.schema import Recipe
-from grpo_cli.runs.checkpoints import cut_short_weights
+from grpo_cli.runs.checkpoints import unloadable_weights
 from grpo_cli.runs.layout import CHECKPOINT, FINAL_DIR, METRICS_FILE, SUMMARY_FILE, checkpoint_step, checkpoints
 
 CURVE_FILE = "curve.jsonl"
@@ -23,12 +23,15 @@ CURVE_PLOT = "curve.png"
 
 
 def checkpoint_targets(run_dir: Path, recipe: Recipe, warn=print) -> list[tuple[int, str, Target]]:
-    """(step, folder name, model) from the base at step 0 to the final model; a checkpoint cut short (a save that
-    was interrupted) is skipped with a warning, and the final model is left out when a checkpoint holds its step."""
+    """(step, folder name, model) from the base at step 0 to the final model; a checkpoint whose weights cannot load
+    (a save that was interrupted: weights cut short, an adapter's config without its weights) is skipped with a
+    warning, and the final model is left out when a checkpoint holds its step."""
     points = [(0, "base", Target("base", recipe.model.name))]
     for folder in checkpoints(run_dir):
-        if cut_short_weights(folder) is not None:
-            warn(f"warning: {folder} is cut short (an interrupted save): skipped")
+        unloadable = unloadable_weights(folder)
+        if unloadable is not None:
+            file, why = unloadable
+            warn(f"warning: {folder} skipped (an interrupted save): {file.name} {why}")
             continue
         points.append((checkpoint_step(folder), folder.name, run_target(folder, recipe)))
     final_step = _last_step(run_dir)

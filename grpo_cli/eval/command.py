@@ -82,11 +82,17 @@ def run_eval(request: EvalRequest, display=None) -> EvalOutcome:
         default = default_output(recipe.eval, target, request.run)
         output = request.output or (default / "trained" if request.run else default)
         outcome = EvalOutcome([ev.evaluate(recipe, target, output, display, request.engine)], None)
-    if run_dir is not None and not is_checkpoint(run_dir):
+    if run_dir is not None and not is_checkpoint(run_dir) and _writes_into(request.output, run_dir):
         from grpo_cli.runs.model_card import write_model_card
 
         write_model_card(run_dir, recipe)  # now with these results (the card describes the final model only)
     return outcome
+
+
+def _writes_into(output: Path | None, run_dir: Path) -> bool:
+    """Whether the results went into the run (its eval/ folder, the default), where its model card reads them:
+    results written elsewhere change nothing in the run, which may be read-only."""
+    return output is None or output.resolve().is_relative_to(run_dir.resolve())
 
 
 def _load(request: EvalRequest) -> Recipe:

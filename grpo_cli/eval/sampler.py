@@ -40,8 +40,19 @@ def sampling_of(ev: EvalSection) -> Sampling | None:
     return Sampling(ev.samples or 1, ev.temperature, 1.0 if ev.top_p is None else ev.top_p, ev.seed or 0)
 
 
+# A problem's N completions are held together until all are scored, and written as one line of predictions.jsonl;
+# every prompt and seed is built before the first batch. Far past any N the figures need (pass@k's estimator is
+# unbiased at any N), and small enough that the largest split's prompts fit in memory.
+MAX_SAMPLES = 1024
+
+
 def check_sampling(ev: EvalSection, uses_tools: bool) -> None:
     """Refusals before anything loads or is written, each naming the flag and the fix."""
+    if (ev.samples or 1) > MAX_SAMPLES:
+        raise UserError(
+            f"--samples {ev.samples} (eval.samples) is more than the {MAX_SAMPLES} completions per problem an "
+            f"evaluation holds; give --samples {MAX_SAMPLES} or fewer"
+        )
     if ev.temperature is None and (ev.samples or 1) > 1:
         raise UserError(
             f"--samples {ev.samples} needs --temperature above 0 (eval.temperature): greedy decoding would write "

@@ -10,7 +10,7 @@ from pathlib import Path
 from grpo_cli.errors import UserError
 from grpo_cli.recipe.eval_section import EvalSection
 from grpo_cli.recipe.schema import Recipe
-from grpo_cli.runs.checkpoints import cut_short_weights
+from grpo_cli.runs.checkpoints import unloadable_weights
 from grpo_cli.runs.layout import EVAL_DIR, FINAL_DIR, is_checkpoint
 
 
@@ -46,11 +46,12 @@ def run_target(run_dir: Path, recipe: Recipe) -> Target:
     from grpo_cli.models import is_lora_adapter
 
     weights = run_dir if is_checkpoint(run_dir) else run_dir / FINAL_DIR
-    damaged = cut_short_weights(weights)
-    if damaged is not None:
+    unloadable = unloadable_weights(weights)
+    if unloadable is not None:
+        file, why = unloadable
         raise UserError(
-            f"{damaged} is cut short or damaged (fewer bytes than its header promises); restore it, or evaluate a "
-            f"whole checkpoint with --run {run_dir.parent if is_checkpoint(run_dir) else run_dir}/checkpoint-N"
+            f"{file} {why}; restore it, or evaluate a whole checkpoint with "
+            f"--run {run_dir.parent if is_checkpoint(run_dir) else run_dir}/checkpoint-N"
         )
     if is_lora_adapter(weights):
         return Target("trained", recipe.model.name, str(weights))

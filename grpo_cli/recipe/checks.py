@@ -13,7 +13,7 @@ from typing import Any
 from grpo_cli.errors import UserError
 from grpo_cli.recipe.generated_tasks import SPLITS, task_name, unknown_task
 from grpo_cli.recipe.schema import Recipe
-from grpo_cli.recipe.sources import LOCAL_DATA_SUFFIXES, looks_like_path, model_location
+from grpo_cli.recipe.sources import LOCAL_DATA_SUFFIXES, directory_named_as_file, looks_like_path, model_location
 from grpo_cli.recipe.yaml_source import KeyPath
 
 
@@ -84,15 +84,21 @@ def _data_source_problems(data: dict[str, Any], key: KeyPath, source: str) -> li
         return [f"data file not found: {path} (relative paths start at {Path.cwd()})"]
     if path.is_file() and path.suffix not in LOCAL_DATA_SUFFIXES:
         return [f"unsupported data file type {path.suffix!r}; use one of {', '.join(LOCAL_DATA_SUFFIXES)}"]
+    if path.is_dir() and path.suffix in LOCAL_DATA_SUFFIXES:
+        return [directory_named_as_file(path, ".".join(key))]
     if not path.is_file():
         return []
     section = data.get(key[0]) if isinstance(data.get(key[0]), dict) else {}
-    if key == ("data", "source"):
-        needed = [section.get("prompt_column", "question"), section.get("answer_column", "answer")]
-    else:  # evaluation reads GSM8K's fields
+    # Training, and the task protocol on its held-out file, read the data section's columns; the other protocols
+    # read GSM8K's fields.
+    task = key == ("eval", "source") and section.get("protocol") == "task"
+    columns = data.get("data") if isinstance(data.get("data"), dict) else {}
+    if key == ("data", "source") or task:
+        needed = [columns.get("prompt_column", "question"), columns.get("answer_column", "answer")]
+    else:
         needed = ["question", "answer"]
     problem = data_file_problem(path, [c for c in needed if isinstance(c, str)])
-    if problem and "field" in problem and key == ("data", "source"):
+    if problem and "field" in problem and (key == ("data", "source") or task):
         problem += "; name yours with data.prompt_column / data.answer_column"
     return [problem] if problem else []
 
@@ -115,7 +121,11 @@ def data_file_problem(path: Path, columns: list[str]) -> str | None:
             with open(path, encoding="utf-8", newline="") as handle:
                 names = next(csv.reader(handle), [])
         elif path.suffix == ".jsonl":
-            names = None
+            from grpo_cli.files import long_line
+
+            names, too_long = None, long_line(path, first=20)
+            if too_long:
+                return too_long
             with open(path, "rb") as handle:
                 for number, raw in enumerate(handle, start=1):
                     if not raw.strip():

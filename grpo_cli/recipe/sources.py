@@ -39,6 +39,12 @@ def model_location(name: str) -> str:
     return str(path) if path.exists() else name
 
 
+def directory_named_as_file(path: Path, key: str) -> str:
+    """The line for a folder named like a data file (`train.jsonl/`): read as a hub dataset it would load whatever
+    it holds, or nothing."""
+    return f"{path} is a directory, not a {path.suffix} file; point {key} at the data file itself"
+
+
 def looks_like_path(name: str) -> bool:
     """A hub id is `org/name`; anything with a file suffix or an explicit relative/absolute prefix is a path."""
     return (

@@ -71,8 +71,11 @@ def load_recipe(
             return Problem(message, format_path(path), source=COMMAND_LINE)
         return Problem(message, format_path(path), line_of(lines, path), str(file))
 
+    # The task protocol scores with the recipe's rewards: each must resolve, as for training.
+    section = data.get("eval")
+    scores = "rewards" in reads or (scope == "eval" and isinstance(section, dict) and section.get("protocol") == "task")
     # Files and rewards are checked on the raw YAML so their problems are listed with the schema's.
-    found = path_problems(data, reads) + (reward_problems(data) if "rewards" in reads else [])
+    found = path_problems(data, reads) + (reward_problems(data) if scores else [])
     found += tool_problems(data) if "tools" in reads else []
     try:
         recipe = Recipe.model_validate(data)

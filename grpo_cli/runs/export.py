@@ -13,7 +13,7 @@ def merge_lora_run(run_dir: Path, output: Path, force: bool = False) -> Path:
     from grpo_cli.files import check_writable_dir
     from grpo_cli.models import is_lora_adapter, pretrained_kwargs, resolve_model_path
     from grpo_cli.recipe.validation import load_recipe
-    from grpo_cli.runs.checkpoints import cut_short_weights
+    from grpo_cli.runs.checkpoints import unloadable_weights
 
     if not run_dir.is_dir():
         raise UserError(
@@ -23,12 +23,10 @@ def merge_lora_run(run_dir: Path, output: Path, force: bool = False) -> Path:
     adapter = run_dir / FINAL_DIR
     if not is_lora_adapter(adapter):
         raise UserError(f"{adapter} holds no LoRA adapter: only finished LoRA/QLoRA runs can be merged")
-    damaged = cut_short_weights(adapter)
-    if damaged is not None:
-        raise UserError(
-            f"{damaged} is cut short or damaged (fewer bytes than its header promises); restore it from a copy "
-            "and export again (nothing was written)"
-        )
+    unloadable = unloadable_weights(adapter)  # before the base model loads: a cut file costs nothing
+    if unloadable is not None:
+        file, why = unloadable
+        raise UserError(f"{file} {why}; restore it from a copy and export again (nothing was written)")
     if output.exists() and not output.is_dir():
         raise UserError(f"{output} is a file; --merge names a folder to create")
     if output.is_dir() and any(output.iterdir()) and not force:

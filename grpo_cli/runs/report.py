@@ -22,9 +22,20 @@ def read_metrics(run_dir: Path, warn=None) -> list[dict]:
     if read.skipped and warn:
         lines = ", ".join(map(str, read.skipped[:5])) + (" ..." if len(read.skipped) > 5 else "")
         warn(f"skipped {len(read.skipped)} line(s) of {path} that are not logged steps (line {lines})")
-    if not read.rows:
+    rows = [row for row in read.rows if _is_step(row["step"])]
+    if len(rows) < len(read.rows) and warn:
+        warn(f"skipped {len(read.rows) - len(rows)} line(s) of {path} whose step is not a whole number")
+    if not rows:
         raise UserError(f"{path} holds no logged step yet")
-    return read.rows
+    return rows
+
+
+def _is_step(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_number(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
 def panels_for(rows: list[dict]) -> list[tuple[str, list[str]]]:
@@ -43,8 +54,15 @@ def panels_for(rows: list[dict]) -> list[tuple[str, list[str]]]:
 
 def plot_run(run_dir: Path, output: Path | None = None, warn=None) -> Path:
     """Write the PNG (the warm-up's loss when the run had one; reward total and per reward; KL when beta > 0;
-    completion length; tool calls when the run has tools) and return its path."""
-    rows = read_metrics(run_dir, warn)
+    completion length; tool calls when the run has tools) and return its path. A value that is not a number is left
+    out of its curve, with a warning."""
+    warmup = _warmup_losses(run_dir)
+    if warmup and not read_jsonl(run_dir / METRICS_FILE, required=("step",)).rows:
+        rows = []  # stopped in its warm-up, before GRPO logged a step: the warm-up's loss is the whole report
+        if warn:
+            warn(f"{run_dir} has logged no GRPO step yet: drawing its warm-up's loss")
+    else:
+        rows = read_metrics(run_dir, warn)
     output = output or run_dir / REPORT_FILE
     check_writable_file(output, force=True)  # the report is ours to redraw; a missing folder is the user's to fix
     import matplotlib
@@ -53,9 +71,9 @@ def plot_run(run_dir: Path, output: Path | None = None, warn=None) -> Path:
     import matplotlib.pyplot as plt
 
     steps = [r["step"] for r in rows]
-    panels = panels_for(rows)
-    warmup = _warmup_losses(run_dir)
+    panels = panels_for(rows) if rows else []
     extra = 1 if warmup else 0
+    not_numbers: set[str] = set()
 
     fig, axes = plt.subplots(len(panels) + extra, 1, figsize=(8, 3 * (len(panels) + extra)), squeeze=False)
     if warmup:  # the supervised stage GRPO started from: its own steps, so its own axis
@@ -66,7 +84,9 @@ def plot_run(run_dir: Path, output: Path | None = None, warn=None) -> Path:
     for ax, (title, keys) in zip(axes[extra:, 0], panels):
         for key in keys:
             values = [r.get(key) for r in rows]
-            points = [(s, v) for s, v in zip(steps, values) if v is not None]
+            points = [(s, v) for s, v in zip(steps, values) if _is_number(v)]
+            if any(v is not None and not _is_number(v) for v in values):
+                not_numbers.add(key)
             if points:
                 ax.plot(*zip(*points), **_line_style(key))
         if any(key.startswith(PREFIX) for key in keys):  # the reward's panel, with validation's accuracy
@@ -75,7 +95,10 @@ def plot_run(run_dir: Path, output: Path | None = None, warn=None) -> Path:
         ax.grid(alpha=0.3)
         if len(keys) > 1:
             ax.legend(fontsize="small")
-    axes[-1, 0].set_xlabel("GRPO step" if warmup else "step")
+    if panels:
+        axes[-1, 0].set_xlabel("GRPO step" if warmup else "step")
+    if not_numbers and warn:
+        warn(f"left out values that are not numbers in {run_dir / METRICS_FILE} ({', '.join(sorted(not_numbers))})")
     fig.suptitle(run_dir.name)
     fig.tight_layout()
     fig.savefig(output, dpi=110)
@@ -109,4 +132,4 @@ def _warmup_losses(run_dir: Path) -> list[tuple[int, float]]:
     if not path.exists():
         return []
     rows = read_jsonl(path, required=("step",)).rows
-    return [(r["step"], r["loss"]) for r in rows if isinstance(r.get("loss"), (int, float))]
+    return [(r["step"], r["loss"]) for r in rows if _is_step(r["step"]) and _is_number(r.get("loss"))]
