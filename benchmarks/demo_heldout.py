@@ -23,6 +23,7 @@ import platform
 import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from collections import Counter
 from importlib.metadata import version
@@ -127,7 +128,11 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--recipes", default="demo,demo_task")
     parser.add_argument("--seeds", default="42")
-    parser.add_argument("--runs", default="/tmp/demo_heldout", help="where the runs and evaluations are kept")
+    parser.add_argument(
+        "--runs",
+        default=str(Path(tempfile.gettempdir()) / "demo_heldout"),
+        help="where the runs and evaluations are kept",
+    )
     parser.add_argument("--log", default=str(ROOT / "benchmarks" / "demo_heldout.txt"))
     parser.add_argument("--samples", type=int, default=0, help="also compare mean@N at temperature 1.0")
     args = parser.parse_args()

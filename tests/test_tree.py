@@ -1,8 +1,10 @@
 """The repository carries code and evidence, not weights: every clone pays for each tracked byte, and the lent GPU
-machine receives the working tree only when it is under 64 MiB."""
+machine receives the working tree only when it is under 64 MiB. Its evidence reads true on any machine: no tracked file
+names one machine's folders."""
 
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -15,6 +17,10 @@ MAX_TREE_BYTES = 30 * 1000 * 1000
 # What a Trainer checkpoint holds besides the model: resuming state, never evidence.
 TRAINER_STATE = ("optimizer.pt", "scheduler.pt", "training_args.bin", "scaler.pt")
 WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".gguf", ".ckpt")
+# An absolute path into one machine's workspace, home, temporary or install folders (its runs, model cache, scratch
+# files). Committed results name files relative to the repository (`../shared/data/...`), model files by placeholder
+# (`$M`), a home folder as `~` or `$HOME`.
+MACHINE_PATH = re.compile(r"(?<![\w.~$}/:-])/(?:work|root|home|Users|tmp|var/tmp|opt|mnt|scratch)/")
 
 
 def tracked_files() -> list[Path]:
@@ -43,3 +49,41 @@ def test_no_trainer_state_or_weights_tracked():
 def test_tracked_tree_under_30_mb():
     total = sum(p.stat().st_size for p in tracked_files())
     assert total < MAX_TREE_BYTES, f"{total / 1e6:.1f} MB tracked"
+
+
+@pytest.mark.parametrize(
+    "text, machine",
+    [
+        ('"adapter": "/work/runs/d2/checkpoint-25"', True),
+        ("--model /root/.cache/grpo/models/q.gguf", True),
+        ("tmp_path = PosixPath('/tmp/pytest-of-root/pytest-125')", True),
+        ("/home/me/data.jsonl", True),
+        ("/opt/torch/.venv/bin/python3 -m grpo_cli", True),
+        ('"model": "$M"', False),
+        ("~/.cache/grpo or $HOME/.cache/grpo", False),
+        ("data.source=../shared/data/gsm8k/train.jsonl", False),
+        ("https://github.com/org/work/tree/tmp/x", False),
+        ("/usr/bin/time -v grpo train", False),
+    ],
+)
+def test_the_machine_path_check_tells_a_machine_path_from_a_placeholder(text, machine):
+    assert bool(MACHINE_PATH.search(text)) is machine
+
+
+def test_no_tracked_file_outside_tests_names_a_machine_path():
+    """Tests may build such paths (a temporary folder); code, docs and committed results may not."""
+    found = []
+    for path in tracked_files():
+        relative = path.relative_to(ROOT)
+        if relative.parts[0] == "tests":
+            continue
+        try:
+            text = path.read_text(encoding="utf-8")
+        except UnicodeDecodeError:  # images and other binary files
+            continue
+        found += [
+            f"{relative}:{number}: {line.strip()[:100]}"
+            for number, line in enumerate(text.splitlines(), start=1)
+            if MACHINE_PATH.search(line)
+        ]
+    assert not found, f"{len(found)} line(s), first: " + "\n".join(found[:10])

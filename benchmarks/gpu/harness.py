@@ -6,7 +6,7 @@ On a lent GPU machine (benchmarks/gpu/README.md has the `run` line):
 
 Here, on the CPU, with tiny models (what tests/test_gpu_harness.py runs):
 
-    python benchmarks/gpu/harness.py --cpu --out /tmp/gpu-check
+    python benchmarks/gpu/harness.py --cpu --out $TMPDIR/gpu-check
 
 Parts (`--parts`, comma-separated, all by default), in the order they run, most wanted first:
   versions     package versions and an import of every module of grpo_cli and rewards, in a child process: a

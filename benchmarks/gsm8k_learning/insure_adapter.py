@@ -4,7 +4,7 @@ the tree for one commit of its own; the next commit takes the weights out again 
 unless added with -f). Never optimizer, scheduler or RNG state.
 
     DEST=benchmarks/gsm8k_learning/qwen2.5_coder_0.5b/d2/insurance
-    python benchmarks/gsm8k_learning/insure_adapter.py /work/runs/d2 $DEST
+    python benchmarks/gsm8k_learning/insure_adapter.py ../runs/d2 $DEST
     git add -f $DEST && git commit -m "d2: step-N adapter (insurance)"
     git rm -q --cached $DEST/adapter_model.safetensors && git commit -m "d2: insurance adapter out of the tree"
 """

@@ -4,7 +4,7 @@ Reads every `checkpoint-N/comparison.json` under the validation folder (the `--o
 --compare`, all on one base evaluation), prints the table to stderr and the picked step to stdout. A tie goes to the
 earlier step: the same held-out accuracy with less drift from the base. The test set is never read here.
 
-    STEP=$(python benchmarks/gsm8k_learning/pick_checkpoint.py /work/runs/d2-val)
+    STEP=$(python benchmarks/gsm8k_learning/pick_checkpoint.py ../runs/d2-val)
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@
 # resume their folders when run again. BASE, optional, is a base evaluation made beforehand with the same settings
 # (`grpo eval` refuses one that differs); without it the base is evaluated here, in OUT/checkpoint-N/base.
 #
-#   KEEP=/work/runs/d2-keep VAL_OUT=/work/runs/d2-val BASE=/work/runs/d2-test/base OUT=/work/runs/d2-test \
+#   KEEP=../runs/d2-keep VAL_OUT=../runs/d2-val BASE=../runs/d2-test/base OUT=../runs/d2-test \
 #   TEST=../shared/data/gsm8k/test.jsonl M=$(bash benchmarks/models/qwen2.5_coder_0.5b.sh) \
 #   benchmarks/gsm8k_learning/test_picked.sh
 #

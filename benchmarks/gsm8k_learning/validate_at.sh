@@ -4,9 +4,9 @@
 # (its save_total_limit would delete it: validation picks the test's checkpoint from these), compare it with the
 # shared base evaluation on the held-out rows, then start the training command again (it should say --resume).
 #
-#   RUN=/work/runs/d2 KEEP=/work/runs/d2-keep OUT=/work/runs/d2-val VAL=val300.jsonl BASE=/work/runs/d2-val/checkpoint-25/base \
+#   RUN=../runs/d2 KEEP=../runs/d2-keep OUT=../runs/d2-val VAL=val300.jsonl BASE=../runs/d2-val/checkpoint-25/base \
 #   M=$(bash benchmarks/models/qwen2.5_coder_0.5b.sh) \
-#   benchmarks/gsm8k_learning/validate_at.sh 50 /work/runs/d2.log /work/runs/d2.after50.log -- grpo train RECIPE ... --resume
+#   benchmarks/gsm8k_learning/validate_at.sh 50 ../runs/d2.log ../runs/d2.after50.log -- grpo train RECIPE ... --resume
 #
 # At the run's last step (max_steps) it waits for the run to end instead, and the command after `--` is left out.
 #
