@@ -10,8 +10,9 @@ import difflib
 from pathlib import Path
 from typing import Any
 
+from grpo_cli.chat_templates import template_problem
 from grpo_cli.errors import UserError
-from grpo_cli.recipe.generated_tasks import SPLITS, task_name, unknown_task
+from grpo_cli.recipe.generated_tasks import SPLITS, answer_format, task_name, unknown_task
 from grpo_cli.recipe.schema import Recipe
 from grpo_cli.recipe.sources import LOCAL_DATA_SUFFIXES, directory_named_as_file, looks_like_path, model_location
 from grpo_cli.recipe.yaml_source import KeyPath
@@ -26,6 +27,9 @@ def _string_at(data: Any, *path: str) -> str | None:
 def path_problems(data: dict[str, Any], reads: frozenset[str]) -> list[tuple[KeyPath, str]]:
     """Files named in the (raw) recipe must exist: the model always, the others when the command reads them."""
     out = _model_problems(_string_at(data, "model", "name"))
+    template = _string_at(data, "model", "chat_template")
+    if template and template_problem(template):
+        out.append((("model", "chat_template"), template_problem(template)))
     config = _string_at(data, "distributed", "accelerate_config")
     if "launch" in reads and config and not Path(config).expanduser().is_file():
         out.append(
@@ -56,6 +60,10 @@ def _generated_task_problems(data: dict[str, Any], key: KeyPath, source: str) ->
     out = []
     if split not in SPLITS:
         out.append(((key[0], "split"), f"{source} has the splits {' and '.join(SPLITS)}, not {split!r}"))
+    if answer_format(source) == "gsm8k":
+        if key[0] == "data" and section.get("answer_format", "gsm8k") != "gsm8k":
+            out.append((("data", "answer_format"), f"{source} answers as GSM8K does: set data.answer_format: gsm8k"))
+        return out
     words = f"{source} answers in words, not GSM8K numbers"
     if key[0] == "eval" and section.get("protocol", "chat") != "task":
         out.append((("eval", "protocol"), f"{words}: GSM8K's filters cannot score it; set eval.protocol: task"))
