@@ -168,3 +168,24 @@ def test_a_warmup_on_traces_trains_the_models_turns_only_then_grpo_calls_the_too
     adapter = load_file(result.final_dir / "adapter_model.safetensors")
     warmed = load_file(result.run_dir / "warmup" / "final" / "adapter_model.safetensors")
     assert any(not torch.equal(adapter[k], warmed[k]) for k in warmed), "GRPO moved the warmed-up adapter"
+
+
+def test_the_console_line_and_run_summary_show_the_tool_figures_of_a_tool_run():
+    import io
+
+    from rich.console import Console
+
+    from grpo_cli.train.display import TrainingDisplay
+
+    out = io.StringIO()
+    display = TrainingDisplay(Console(file=out, width=200), total_steps=2)
+    tools = {"tools/call_frequency": 0.75, "tools/malformed_frequency": 0.25, "tools/failure_frequency": 0.0}
+    display.update({"step": 1, "reward": 0.5, "loss": 0.1, "step_time_s": 1.0, **tools, "tools/turns": 1.5})
+    line = out.getvalue().strip().splitlines()[-1]
+    assert "calls 0.75" in line and "malformed 0.25" in line and "tool errors 0" in line and "turns 1.5" in line
+    Console(file=out, width=200).print(display.summary())
+    assert "tools/call_frequency" in out.getvalue().split("run summary")[-1]
+    display.update({"step": 2, "reward": 0.5, "loss": 0.1, "step_time_s": 1.0})  # a run without tools: no columns
+    assert "calls" not in out.getvalue().strip().splitlines()[-1]
+    Console(file=out, width=200).print(display.summary())
+    assert "tools/call_frequency" not in out.getvalue().split("run summary")[-1]  # the last step had no tool keys

@@ -17,6 +17,11 @@ SHOWN = (
     ("kl", "kl"),
     ("completions/mean_length", "len"),
     ("zero_variance/groups_flat", "flat groups"),
+    # with tools (TRL's and grpo's counts, per completion): whether the model calls, and how well
+    ("tools/call_frequency", "calls"),
+    ("tools/malformed_frequency", "malformed"),
+    ("tools/failure_frequency", "tool errors"),
+    ("tools/turns", "turns"),
     ("loss", "loss"),
 )
 
@@ -99,7 +104,8 @@ class TrainingDisplay:
         if not self.history:
             return table
         first, last = self.history[0], self.history[-1]
-        keys = headline_keys(last) + ["loss", "step_time_s", "peak_memory_gb"]
+        tools = [key for key, _ in SHOWN if key.startswith("tools/") and key in last]
+        keys = headline_keys(last) + tools + ["loss", "step_time_s", "peak_memory_gb"]
         for key in keys:
             if key in last:
                 table.add_row(key, _fmt(first.get(key)), _fmt(last.get(key)))
