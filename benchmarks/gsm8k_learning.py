@@ -11,11 +11,11 @@
     python benchmarks/gsm8k_learning.py [--workdir DIR] [--limit N] [--base DIR] [overrides...]
     python benchmarks/gsm8k_learning.py --table RUN COMPARE_DIR [--base DIR]   # the table of finished work only
 
-`--base DIR` reuses a base evaluation with the same settings (benchmarks/gsm8k_learning/qwen2.5_coder_0.5b/base
-holds one); `--limit N` evaluates the first N test problems only. Training resumes: rerunning with the same
-`--workdir` continues the run (`--resume`) and the evaluation where they stopped. On 2 CPU cores, Qwen: about 8
-minutes a training step, 2-2.5 hours per full evaluation; SmolLM2: about an hour of training, 30-60 minutes each
-evaluation.
+`--base DIR` reuses a base evaluation with the same settings (the float32 one of the Qwen recipe is in the history:
+benchmarks/gsm8k_learning/ATTEMPTS.md, `base`); `--limit N` evaluates the first N test problems only. Training
+resumes: rerunning with the same `--workdir` continues the run (`--resume`) and the evaluation where they stopped.
+On 2 CPU cores, Qwen: about 8 minutes a training step, 2-2.5 hours per full evaluation; SmolLM2: about an hour of
+training, 30-60 minutes each evaluation.
 """
 
 from __future__ import annotations

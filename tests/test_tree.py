@@ -35,15 +35,38 @@ def test_no_tracked_file_over_4_mb():
     assert not big, big
 
 
+def _is_weight_or_trainer_state(name: str) -> bool:
+    path = Path(name)
+    return path.name in TRAINER_STATE or path.name.startswith("rng_state") or path.suffix in WEIGHT_SUFFIXES
+
+
 def test_no_trainer_state_or_weights_tracked():
-    """Optimizer, scheduler, RNG and training-args files, and weight files: a result's README names the commit that
-    holds an adapter instead."""
-    found = [
-        str(p.relative_to(ROOT))
-        for p in tracked_files()
-        if p.name in TRAINER_STATE or p.name.startswith("rng_state") or p.suffix in WEIGHT_SUFFIXES
-    ]
+    """Optimizer, scheduler, RNG and training-args files, and weight files, never, not even for one commit: a
+    result's README names the recipe, seed and command that re-make a checkpoint instead."""
+    found = [str(p.relative_to(ROOT)) for p in tracked_files() if _is_weight_or_trainer_state(p.name)]
     assert not found, found
+
+
+# The last commit before weights stopped entering commits at all (until then an adapter could go into history in
+# one commit and out of the tree in the next).
+NO_WEIGHTS_SINCE = "e58ef0bc479dda2d1ceac0f425f93266d0f413a9"
+
+
+def test_no_commit_since_the_rule_adds_weights_or_trainer_state():
+    """Not even for one commit: every commit after NO_WEIGHTS_SINCE, each one's own additions."""
+    tracked_files()  # skips outside a git checkout
+    known = subprocess.run(["git", "cat-file", "-e", f"{NO_WEIGHTS_SINCE}^{{commit}}"], cwd=ROOT, capture_output=True)
+    if known.returncode:
+        pytest.skip("a shallow or rewritten history: the rule's commit is not here")
+    log = subprocess.run(
+        ["git", "log", "--diff-filter=A", "--name-only", "--format=%h", f"{NO_WEIGHTS_SINCE}..HEAD"],
+        cwd=ROOT,
+        capture_output=True,
+        check=True,
+        text=True,
+    ).stdout
+    added = [line for line in log.splitlines() if line and _is_weight_or_trainer_state(line)]
+    assert not added, added
 
 
 def test_tracked_tree_under_30_mb():
