@@ -248,8 +248,9 @@ def _not_found(name: str, exc: Exception) -> str:
     )
 
 
-def lora_config(lora):
-    """peft LoraConfig from a `lora` section (`all-linear` spares the output head)."""
+def lora_config(lora, tokenizer=None):
+    """peft LoraConfig from a `lora` section (`all-linear` spares the output head); `lora.trainable_tokens` become the
+    token ids whose embedding rows train beside the adapters (the tokenizer says which ids)."""
     from peft import LoraConfig
 
     targets = lora.target_modules
@@ -260,5 +261,19 @@ def lora_config(lora):
         target_modules="all-linear" if targets == ["all-linear"] else targets,
         bias=lora.bias,
         use_rslora=lora.use_rslora,
+        trainable_token_indices=token_ids(lora.trainable_tokens, tokenizer) if lora.trainable_tokens else None,
         task_type="CAUSAL_LM",
     )
+
+
+def token_ids(tokens: list[str], tokenizer) -> list[int]:
+    """The vocabulary id of each token (each must be one token of the vocabulary, as a chat template's markers are)."""
+    vocab = tokenizer.get_vocab()
+    missing = [t for t in tokens if t not in vocab]
+    if missing:
+        raise UserError(
+            f"not a single token of the model's vocabulary: {', '.join(missing)}; name tokens as the tokenizer "
+            "spells them (special tokens such as <tool_call>)",
+            path="lora.trainable_tokens",
+        )
+    return [vocab[t] for t in tokens]

@@ -122,7 +122,7 @@ def test_an_unknown_chat_template_is_one_line_naming_the_key(tmp_path, tiny_llam
 
 
 @pytest.mark.slow  # real SFT and GRPO steps
-def test_a_warmup_on_traces_trains_the_models_turns_only_then_grpo_calls_the_tool(tmp_path, tiny_llama):
+def test_a_warmup_on_traces_trains_the_models_turns_only_then_grpo_calls_the_tool(tmp_path, tool_model):
     import math
 
     from safetensors.torch import load_file
@@ -135,11 +135,15 @@ def test_a_warmup_on_traces_trains_the_models_turns_only_then_grpo_calls_the_too
     recipe = load_recipe(
         write_recipe(
             tmp_path,
-            tiny_llama,
-            model={"chat_template": "qwen2_5"},  # the tiny Llama's own template renders no tools
-            data={"source": "generated:products", "limit": 64, "system_prompt": "Use the calculator."},
+            tool_model,  # TRL's Qwen2.5 template, so TRL can tell the model's turns from the tool's
+            data={
+                "source": "generated:products",
+                "limit": 64,
+                "system_prompt": "Use the calculator.",
+                "answer_marker": "hashes",
+            },
             tools=["calculator"],
-            warmup={"source": "reference", "count": 8, "max_steps": 2, "max_length": 256, "learning_rate": 0.01},
+            warmup={"source": "reference", "count": 8, "max_steps": 2, "max_length": 1024, "learning_rate": 0.01},
             lora={"r": 4, "alpha": 8, "dropout": 0.0},
             rewards=[{"name": "correctness"}],
             grpo={"num_generations": 2, "max_completion_length": 16, "max_tool_calling_iterations": 1},
@@ -150,7 +154,7 @@ def test_a_warmup_on_traces_trains_the_models_turns_only_then_grpo_calls_the_too
     assert trainer.args.assistant_only_loss
     row = trainer.train_dataset[0]
     tokenizer = trainer.processing_class
-    trained = tokenizer.decode([t for t, m in zip(row["input_ids"], row["assistant_masks"]) if m])
+    trained = tokenizer.decode([t for t, label in zip(row["input_ids"], row["labels"]) if label != -100])
     product = examples.rows[0]["completion"][1]["content"]
     assert "<tool_call>" in trained and f"#### {product}" in trained  # the call and the answer are learned
     assert "<tool_response>" not in trained  # the tool's answer is read, not learned
@@ -189,3 +193,23 @@ def test_the_console_line_and_run_summary_show_the_tool_figures_of_a_tool_run():
     assert "calls" not in out.getvalue().strip().splitlines()[-1]
     Console(file=out, width=200).print(display.summary())
     assert "tools/call_frequency" not in out.getvalue().split("run summary")[-1]  # the last step had no tool keys
+
+
+def test_trainable_tokens_train_those_embedding_rows_and_unknown_tokens_are_one_line(tiny_llama):
+    from peft import get_peft_model
+    from transformers import AutoModelForCausalLM
+
+    from grpo_cli.errors import UserError
+    from grpo_cli.models import load_tokenizer, lora_config
+    from grpo_cli.recipe.schema import LoraSection, ModelSection
+
+    tokenizer = load_tokenizer(ModelSection(name=str(tiny_llama)))
+    marker = tokenizer.eos_token  # one token of the vocabulary, as a template's markers are
+    config = lora_config(LoraSection(r=2, alpha=4, trainable_tokens=[marker]), tokenizer)
+    assert config.trainable_token_indices == [tokenizer.convert_tokens_to_ids(marker)]
+    model = get_peft_model(AutoModelForCausalLM.from_pretrained(tiny_llama), config)
+    trainable = [name for name, p in model.named_parameters() if p.requires_grad]
+    assert any("trainable_tokens" in name for name in trainable) and any("lora_" in name for name in trainable)
+    with pytest.raises(UserError, match="lora.trainable_tokens") as refused:
+        lora_config(LoraSection(trainable_tokens=["<tool_call>"]), tokenizer)
+    assert "<tool_call>" in str(refused.value)
