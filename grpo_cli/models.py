@@ -248,12 +248,16 @@ def _not_found(name: str, exc: Exception) -> str:
     )
 
 
-def lora_config(lora, tokenizer=None):
+def lora_config(lora, tokenizer=None, untied_head: bool = False):
     """peft LoraConfig from a `lora` section (`all-linear` spares the output head); `lora.trainable_tokens` become the
-    token ids whose embedding rows train beside the adapters (the tokenizer says which ids)."""
+    token ids whose embedding rows train beside the adapters (the tokenizer says which ids), and the output head's
+    rows too where the head is not tied to the embeddings (`untied_head`): a token is written through the head."""
     from peft import LoraConfig
 
     targets = lora.target_modules
+    tokens = token_ids(lora.trainable_tokens, tokenizer) if lora.trainable_tokens else None
+    if tokens and untied_head:
+        tokens = {"embed_tokens": tokens, "lm_head": tokens}
     return LoraConfig(
         r=lora.r,
         lora_alpha=lora.alpha,
@@ -261,7 +265,7 @@ def lora_config(lora, tokenizer=None):
         target_modules="all-linear" if targets == ["all-linear"] else targets,
         bias=lora.bias,
         use_rslora=lora.use_rslora,
-        trainable_token_indices=token_ids(lora.trainable_tokens, tokenizer) if lora.trainable_tokens else None,
+        trainable_token_indices=tokens,
         task_type="CAUSAL_LM",
     )
 
@@ -277,3 +281,8 @@ def token_ids(tokens: list[str], tokenizer) -> list[int]:
             path="lora.trainable_tokens",
         )
     return [vocab[t] for t in tokens]
+
+
+def has_untied_head(model) -> bool:
+    """Whether the output head has weights of its own (a .gguf conversion can untie a model that shipped tied)."""
+    return not getattr(model.config.get_text_config(), "tie_word_embeddings", True)

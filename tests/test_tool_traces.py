@@ -9,7 +9,7 @@ import pytest
 import torch
 from typer.testing import CliRunner
 
-from conftest import fails_cleanly, write_jsonl, write_recipe
+from conftest import ASSETS, fails_cleanly, write_jsonl, write_recipe
 from grpo_cli.cli import app
 from grpo_cli.recipe.generated_tasks import generate_task
 from grpo_cli.recipe.schema import DataSection
@@ -145,7 +145,8 @@ def test_a_warmup_on_traces_trains_the_models_turns_only_then_grpo_calls_the_too
             tools=["calculator"],
             warmup={"source": "reference", "count": 8, "max_steps": 2, "max_length": 1024, "learning_rate": 0.01},
             lora={"r": 4, "alpha": 8, "dropout": 0.0},
-            rewards=[{"name": "correctness"}],
+            # a reward that differs within every group: GRPO has an advantage whatever the tiny model writes
+            rewards=[{"name": "correctness"}, {"name": f"{ASSETS / 'varied_rewards.py'}:alternating"}],
             grpo={"num_generations": 2, "max_completion_length": 16, "max_tool_calling_iterations": 1},
         )
     )
@@ -210,6 +211,9 @@ def test_trainable_tokens_train_those_embedding_rows_and_unknown_tokens_are_one_
     model = get_peft_model(AutoModelForCausalLM.from_pretrained(tiny_llama), config)
     trainable = [name for name, p in model.named_parameters() if p.requires_grad]
     assert any("trainable_tokens" in name for name in trainable) and any("lora_" in name for name in trainable)
+    untied = lora_config(LoraSection(trainable_tokens=[marker]), tokenizer, untied_head=True)
+    ids = [tokenizer.convert_tokens_to_ids(marker)]
+    assert untied.trainable_token_indices == {"embed_tokens": ids, "lm_head": ids}  # written through its own head
     with pytest.raises(UserError, match="lora.trainable_tokens") as refused:
         lora_config(LoraSection(trainable_tokens=["<tool_call>"]), tokenizer)
     assert "<tool_call>" in str(refused.value)
