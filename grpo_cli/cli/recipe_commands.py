@@ -17,6 +17,7 @@ def validate(recipe: RecipeArg, overrides: OverridesArg = None) -> None:
     """Check a recipe (with overrides) and print it with every default filled in."""
     import yaml
 
+    from grpo_cli.recipe.reward_model_checks import unchecked_line
     from grpo_cli.recipe.validation import load_recipe
 
     with user_errors():
@@ -27,6 +28,8 @@ def validate(recipe: RecipeArg, overrides: OverridesArg = None) -> None:
         f"{loaded.generation_batch_size // loaded.grpo.num_generations} prompt(s) x {loaded.grpo.num_generations})",
         err=True,
     )
+    if unchecked_line(loaded):  # reward models and judges: what only their weights can tell
+        typer.echo(unchecked_line(loaded), err=True)
 
 
 @app.command(

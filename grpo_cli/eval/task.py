@@ -127,13 +127,13 @@ class TaskScorer:
     """Scores one completion with the recipe's verifier and format rewards, each behind the training guard."""
 
     def __init__(self, recipe: Recipe):
+        from grpo_cli.model_rewards.build import reward_functions
         from grpo_cli.reward_guard import GuardedReward
-        from rewards import resolve_rewards
 
         self.data = recipe.data
         self.verifiers: list[tuple[str, Any, float]] = []
         self.formats: list[tuple[str, Any, float]] = []
-        for spec, func in zip(recipe.rewards, resolve_rewards(recipe.rewards)):
+        for spec, func in zip(recipe.rewards, reward_functions(recipe)):
             role = role_of(spec)
             if role == "shaping":
                 continue

@@ -170,28 +170,12 @@ def lookup_builtin(name: str) -> Architecture | None:
 
 def resolve(recipe) -> Architecture:
     """The architecture of the recipe's model, without loading weights."""
-    from grpo_cli.recipe.sources import model_location
-
     manual = recipe.model.architecture
     if manual is not None:
         return Architecture(name=recipe.model.name, **manual.model_dump())
-    location = Path(model_location(recipe.model.name))
-    if location.is_dir() and (location / "config.json").exists():
-        return from_config(json.loads((location / "config.json").read_text()), recipe.model.name)
-    if location.is_file() and location.suffix == ".gguf":
-        from grpo_cli.plan.gguf_header import GGUFError, architecture_fields
-
-        try:
-            return Architecture(name=recipe.model.name, **architecture_fields(location))
-        except (GGUFError, OSError) as exc:
-            raise UserError(f"cannot read the architecture from {location}: {exc}", path="model.name") from None
-    found = lookup_builtin(recipe.model.name)
+    found = from_name(recipe.model.name, recipe.model.revision)
     if found is not None:
         return found
-    if not location.exists():
-        config = _hub_config(recipe.model.name, recipe.model.revision)
-        if config is not None:
-            return from_config(config, recipe.model.name)
     raise UserError(
         f"cannot tell the architecture of `{recipe.model.name}` offline (not a local model directory, not in the "
         f"built-in table: {', '.join(sorted({a.name for a in BUILTIN.values()}))}); give it by hand under "
@@ -199,6 +183,28 @@ def resolve(recipe) -> Architecture:
         "vocab_size, tie_word_embeddings, qkv_bias",
         path="model.architecture",
     )
+
+
+def from_name(name: str, revision: str | None = None, path: str = "model.name") -> Architecture | None:
+    """A model's shape from its local config.json or .gguf header, the built-in table, or the hub's config.json when
+    online; None when none of them has it. `path`: the recipe key an unreadable file is reported at."""
+    from grpo_cli.recipe.sources import model_location
+
+    location = Path(model_location(name))
+    if location.is_dir() and (location / "config.json").exists():
+        return from_config(json.loads((location / "config.json").read_text()), name)
+    if location.is_file() and location.suffix == ".gguf":
+        from grpo_cli.plan.gguf_header import GGUFError, architecture_fields
+
+        try:
+            return Architecture(name=name, **architecture_fields(location))
+        except (GGUFError, OSError) as exc:
+            raise UserError(f"cannot read the architecture from {location}: {exc}", path=path) from None
+    found = lookup_builtin(name)
+    if found is not None or location.exists():
+        return found
+    config = _hub_config(name, revision)
+    return from_config(config, name) if config is not None else None
 
 
 def _hub_config(name: str, revision: str | None) -> dict[str, Any] | None:

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from grpo_cli.plan import static_memory
 from grpo_cli.plan.architectures import Architecture
 from grpo_cli.plan.backward_transients import layer_backward_transients
+from grpo_cli.plan.reward_models import reward_model_terms
 from grpo_cli.plan.sharding import Term, per_process
 from grpo_cli.plan.static_memory import bytes_per_trainable, mixed_precision_on, static_terms, trainable_params
 from grpo_cli.recipe.schema import Recipe
@@ -161,7 +162,7 @@ def limit_prompt_tokens(recipe: Recipe) -> int:
 
 
 def _generation_terms(recipe: Recipe, arch: Architecture, device: str, w: int, prompt: int) -> list[Term]:
-    """The whole generation batch at once: TRL generates gen_batch completions per process."""
+    """The whole generation batch at once (TRL generates gen_batch completions per process), and what scores it."""
     h, f, L, V = arch.hidden_size, arch.intermediate_size, arch.num_layers, arch.vocab_size
     B = recipe.training.per_device_train_batch_size
     S = prompt + recipe.grpo.max_completion_length
@@ -222,7 +223,7 @@ def _generation_terms(recipe: Recipe, arch: Architecture, device: str, w: int, p
             )
         )
 
-    return terms
+    return terms + reward_model_terms(recipe, arch, device, prompt, ACT_HIDDEN, ACT_FFN)
 
 
 def _training_terms(recipe: Recipe, arch: Architecture, device: str, w: int, B: int, S: int) -> list[Term]:

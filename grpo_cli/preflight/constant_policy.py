@@ -76,8 +76,8 @@ def constant_policies(recipe: Recipe, base_reward: float | None, rows: int = CON
     from grpo_cli.data import select_rows, to_example
     from grpo_cli.eval.shortcuts import read_reference, reading_of
     from grpo_cli.eval.task import role_of
+    from grpo_cli.model_rewards.build import reward_functions
     from grpo_cli.preflight.sampling import score
-    from rewards import resolve_rewards
 
     data = recipe.data
     verifiers = [spec for spec in recipe.rewards if role_of(spec) == "verifier"]
@@ -92,7 +92,7 @@ def constant_policies(recipe: Recipe, base_reward: float | None, rows: int = CON
     for key, example in zip(keys, examples):
         written.setdefault(key, example["answer"])
     counts = Counter(key for key in keys if key is not None)
-    funcs = resolve_rewards(recipe.rewards)
+    funcs = reward_functions(recipe)
     chosen = [(i, f) for i, (spec, f) in enumerate(zip(recipe.rewards, funcs)) if role_of(spec) == "verifier"]
     n = len(examples)
     prompts = [e["prompt"] for e in examples]

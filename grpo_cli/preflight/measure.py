@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from grpo_cli.preflight.trackers import CudaPeaks, LiveTensorBytes, PhasePeaks
@@ -113,6 +113,7 @@ class StepMeasurement:
     generation_seconds: list[float]  # the generation-and-scoring part of those steps
     device: str
     recipe: Recipe  # as it ran
+    scoring_seconds: list[float] = field(default_factory=list)  # the part reward models and judges took of each
 
 
 def measure_steps(
@@ -129,16 +130,15 @@ def measure_steps(
     from transformers import TrainerCallback
 
     from grpo_cli import models
+    from grpo_cli.model_rewards.build import reward_functions
     from grpo_cli.train.trainer import build_trainer
-    from rewards import resolve_rewards
 
     cuda = torch.cuda.is_available()
     tokenizer = models.load_tokenizer(recipe.model)
     ran = calibration_recipe(recipe, tokenizer, work)
     ran = ran.model_copy(update={"training": ran.training.model_copy(update={"max_steps": max(2, steps)})})
-    trainer, _ = build_trainer(
-        ran, work / "run", reward_funcs=[_tolerant(f) for f in resolve_rewards(ran.rewards)], tokenizer=tokenizer
-    )
+    funcs = [_tolerant(f) for f in reward_functions(ran)]
+    trainer, _ = build_trainer(ran, work / "run", reward_funcs=funcs, tokenizer=tokenizer)
     tracker = None if cuda else LiveTensorBytes()
     last_step = ran.training.max_steps
     step_seconds: list[float] = []
@@ -192,23 +192,31 @@ def measure_steps(
         reserved_bytes=reserved,
         step_seconds=step_seconds,
         generation_seconds=generation_seconds,
+        scoring_seconds=_scoring_seconds(funcs, len(step_seconds)),
         device="cuda" if cuda else "cpu",
         recipe=ran,
     )
 
 
+def _scoring_seconds(funcs: list, steps: int) -> list[float]:
+    """Seconds the reward models and judges among `funcs` scored in each of the first `steps` steps."""
+    from grpo_cli.model_rewards.build import model_rewards
+
+    scorers = model_rewards(funcs)
+    return [sum(s.step_seconds.get(step, 0.0) for s in scorers) for step in range(1, steps + 1)]
+
+
 def _tolerant(func):
     """The reward behind training's guard, with any failure turned into missing values: preflight reports failures
-    from its sampling, and its timing steps must not stop on them."""
+    from its sampling, and its timing steps must not stop on them. A guard itself, so training finds a reward
+    model or judge behind it (model_rewards/build.py)."""
     from grpo_cli.reward_guard import GuardedReward, RewardFailure
 
-    guarded = GuardedReward(func, warn=lambda line: None)
+    class Tolerant(GuardedReward):
+        def __call__(self, *args, **kwargs):
+            try:
+                return super().__call__(*args, **kwargs)
+            except RewardFailure:
+                return [None] * len(kwargs.get("completions") or [])
 
-    def call(*args, **kwargs):
-        try:
-            return guarded(*args, **kwargs)
-        except RewardFailure:
-            return [None] * len(kwargs.get("completions") or [])
-
-    call.__name__ = guarded.__name__
-    return call
+    return Tolerant(func, warn=lambda line: None)

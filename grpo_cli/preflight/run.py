@@ -46,6 +46,11 @@ class Preflight:
     def fits(self) -> bool | None:
         return fits_on_gpu(self.verdict, self.verdict_smi)
 
+    @property
+    def scoring_s(self) -> float:
+        """The timed step's scoring by reward models and judges: part of its generation phase (0 without any)."""
+        return min(self.measured.scoring_seconds[-1], self.generation_s) if self.measured.scoring_seconds else 0.0
+
 
 def run_preflight(
     recipe: Recipe,

@@ -29,6 +29,7 @@ def preflight_json(result: Preflight) -> dict[str, Any]:
         "fits": result.fits,
         "step_s": round(result.step_s, 3),
         "generation_s": round(result.generation_s, 3),
+        "scoring_s": round(result.scoring_s, 3),  # reward models and judges, within generation_s
         "training_s": round(result.step_s - result.generation_s, 3),
         "generation_tokens_per_s": round(s.tokens_per_second, 1),
         "total_steps": result.total_steps,
@@ -136,8 +137,9 @@ def print_preflight(console, result: Preflight, command: str) -> None:
             f"     {verdict} {result.gpu_label} ({result.verdict.gpu_bytes / GIB:.0f} GiB): "
             f"{result.verdict_smi / GIB:.2f} GiB expected in nvidia-smi ({source})"
         )
+    scoring = f" with {result.scoring_s:.1f} s of scoring by reward models and judges" if result.scoring_s else ""
     console.print(
-        f"[bold]time[/] {result.step_s:.1f} s a step at full length (generation {result.generation_s:.1f} s, "
+        f"[bold]time[/] {result.step_s:.1f} s a step at full length (generation {result.generation_s:.1f} s{scoring}, "
         f"training {result.step_s - result.generation_s:.1f} s); generation {s.tokens_per_second:.0f} tokens/s"
     )
     console.print(

@@ -171,6 +171,8 @@ def reward_problems(data: dict[str, Any]) -> list[tuple[KeyPath, str]]:
         spec = {"name": spec} if isinstance(spec, str) else spec
         if not isinstance(spec, dict) or not isinstance(spec.get("name"), str):
             continue  # the schema reports the shape problem
+        if "model" in spec or "judge" in spec:
+            continue  # a reward model or judge: its name is a label (reward_model_checks.py)
         kwargs = spec.get("kwargs") or {}
         try:
             resolve_reward(spec["name"], kwargs if isinstance(kwargs, dict) else {})

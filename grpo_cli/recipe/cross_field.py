@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from grpo_cli.recipe.precision import BY_WEIGHTS
+from grpo_cli.recipe.reward_model_checks import reward_entry_problems
 from grpo_cli.recipe.schema import Recipe, generation_batch
 from grpo_cli.recipe.warmup_checks import warmup_problems
 from grpo_cli.recipe.yaml_source import KeyPath
@@ -58,6 +59,7 @@ def cross_field_problems(recipe: Recipe) -> list[tuple[KeyPath, str]]:
     out += _distributed_problems(recipe)
     out += _tool_use_problems(recipe)
     out += warmup_problems(recipe)
+    out += reward_entry_problems(recipe)
     out += _validation_problems(recipe)
     return out
 

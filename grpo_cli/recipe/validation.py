@@ -13,6 +13,7 @@ from pydantic import BaseModel, ValidationError
 from grpo_cli.errors import Problem, UserError
 from grpo_cli.recipe.checks import path_problems, reward_problems, trl_problems
 from grpo_cli.recipe.cross_field import cross_field_problems
+from grpo_cli.recipe.reward_model_checks import reward_model_problems
 from grpo_cli.recipe.schema import Recipe
 from grpo_cli.recipe.tool_checks import tool_problems
 from grpo_cli.recipe.warmup_checks import adapter_problems, warmup_file_problems
@@ -88,6 +89,7 @@ def load_recipe(
             (("rewards",), "required key is missing: training needs at least one reward, e.g. rewards: [correctness]")
         )
     found += cross_field_problems(recipe)
+    found += reward_model_problems(recipe) if scores else []  # offline: config.json, not weights
     if "data" in reads:  # the files training reads first: examples for the warm-up, the adapter to start from
         found += warmup_file_problems(recipe) + adapter_problems(recipe)
     if "trl" in reads and recipe.trl and not found:

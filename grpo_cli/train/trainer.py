@@ -26,6 +26,7 @@ def build_trainer(
     from trl import GRPOConfig
 
     from grpo_cli import data, models
+    from grpo_cli.model_rewards.build import bind_model_rewards
     from grpo_cli.recipe.grpo_config import grpo_config_kwargs
     from grpo_cli.tools.wiring import recipe_tools
     from grpo_cli.train import trl_seams
@@ -70,6 +71,7 @@ def build_trainer(
         )
     # With tqdm off (grpo_config.py) the Trainer prints each raw log dict; our display and metrics file replace it.
     trainer.remove_callback(PrinterCallback)
+    bind_model_rewards(trainer)  # reward models and judges load here, where the policy is, before the first step
     return trainer, prepared
 
 
@@ -97,8 +99,8 @@ def _load_model(recipe: Recipe, on_cpu: bool, mixed: str):
 
 def guarded_rewards(recipe: Recipe, warn=print) -> list:
     """The recipe's rewards, each behind a guard; the first also keeps the samples written to samples.jsonl."""
+    from grpo_cli.model_rewards.build import reward_functions
     from grpo_cli.reward_guard import GuardedReward
-    from rewards import resolve_rewards
 
     names = None
     if recipe.tools or recipe.environment is not None:
@@ -109,5 +111,5 @@ def guarded_rewards(recipe: Recipe, warn=print) -> list:
         GuardedReward(
             func, spec.timeout_s, warn, record=index == 0, tool_names=names if index == 0 else None, label=spec.name
         )
-        for index, (func, spec) in enumerate(zip(resolve_rewards(recipe.rewards), recipe.rewards))
+        for index, (func, spec) in enumerate(zip(reward_functions(recipe), recipe.rewards))
     ]

@@ -84,11 +84,12 @@ def _prompt(question: str, data):
 
 def _reward(recipe: Recipe):
     """The named reward of the recipe, behind the same guard as in training (time limit, bad return values)."""
+    from grpo_cli.model_rewards.build import reward_functions
     from grpo_cli.reward_guard import GuardedReward
-    from rewards import resolve_rewards
 
-    spec = next(s for s in recipe.rewards if s.name == recipe.warmup.reward)
-    return GuardedReward(resolve_rewards([spec])[0], spec.timeout_s, label=spec.name)
+    index = next(i for i, s in enumerate(recipe.rewards) if s.name == recipe.warmup.reward)
+    spec = recipe.rewards[index]
+    return GuardedReward(reward_functions(recipe)[index], spec.timeout_s, label=spec.name)
 
 
 def _generate(model, tokenizer, prompts: list, k: int, recipe: Recipe, mixed: str):
