@@ -250,14 +250,20 @@ def _not_found(name: str, exc: Exception) -> str:
 
 def lora_config(lora, tokenizer=None, untied_head: bool = False):
     """peft LoraConfig from a `lora` section (`all-linear` spares the output head); `lora.trainable_tokens` become the
-    token ids whose embedding rows train beside the adapters (the tokenizer says which ids), and the output head's
-    rows too where the head is not tied to the embeddings (`untied_head`): a token is written through the head."""
+    token ids whose embedding rows train beside the adapters (the tokenizer says which ids). A token is written
+    through the output head: where the head is not tied to the embeddings (`untied_head`) its rows would not train,
+    and PEFT's wrapper around the head breaks TRL's fused LM head (it reads `lm_head.bias`), so that is refused."""
     from peft import LoraConfig
 
     targets = lora.target_modules
     tokens = token_ids(lora.trainable_tokens, tokenizer) if lora.trainable_tokens else None
     if tokens and untied_head:
-        tokens = {"embed_tokens": tokens, "lm_head": tokens}
+        raise UserError(
+            "the model's output head is not tied to its embeddings, so trainable tokens would change what the model "
+            "reads but not what it can write, and TRL's fused LM head cannot run on PEFT's wrapper of the head; "
+            "drop lora.trainable_tokens for this model (a .gguf conversion unties Qwen2.5's head)",
+            path="lora.trainable_tokens",
+        )
     return LoraConfig(
         r=lora.r,
         lora_alpha=lora.alpha,

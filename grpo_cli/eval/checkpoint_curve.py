@@ -15,8 +15,8 @@ from grpo_cli.eval.store import refuse_foreign
 from grpo_cli.eval.targets import Target, run_target
 from grpo_cli.files import read_jsonl
 from grpo_cli.recipe.schema import Recipe
-from grpo_cli.runs.checkpoints import unloadable_weights
 from grpo_cli.runs.layout import CHECKPOINT, FINAL_DIR, METRICS_FILE, SUMMARY_FILE, checkpoint_step, checkpoints
+from grpo_cli.runs.weight_files import unloadable_weights
 
 CURVE_FILE = "curve.jsonl"
 CURVE_PLOT = "curve.png"

@@ -10,8 +10,8 @@ from pathlib import Path
 from grpo_cli.errors import UserError
 from grpo_cli.recipe.eval_section import EvalSection
 from grpo_cli.recipe.schema import Recipe
-from grpo_cli.runs.checkpoints import unloadable_weights
 from grpo_cli.runs.layout import EVAL_DIR, FINAL_DIR, is_checkpoint
+from grpo_cli.runs.weight_files import unloadable_weights
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,7 @@ def merge_lora_run(run_dir: Path, output: Path, force: bool = False) -> Path:
     from grpo_cli.files import check_writable_dir
     from grpo_cli.models import is_lora_adapter, pretrained_kwargs, resolve_model_path
     from grpo_cli.recipe.validation import load_recipe
-    from grpo_cli.runs.checkpoints import unloadable_weights
+    from grpo_cli.runs.weight_files import unloadable_weights
 
     if not run_dir.is_dir():
         raise UserError(

@@ -147,8 +147,7 @@ def _has_tool_turns(rows: list[dict]) -> bool:
 
 def _masks_assistant_turns(tokenizer) -> bool:
     """Whether TRL can tell the model's turns from the tools' answers in this template: then only the model's own
-    tokens are trained on, as GRPO masks tool results out of its loss. Otherwise the tools' answers are trained on
-    too (they are short, and the model reads them rather than writes them)."""
+    tokens are trained on, as GRPO masks tool results out of its loss (else the tools' short answers are too)."""
     from trl.chat_template_utils import get_training_chat_template, has_generation_markers
 
     if has_generation_markers(tokenizer.chat_template):
