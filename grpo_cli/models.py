@@ -248,22 +248,11 @@ def _not_found(name: str, exc: Exception) -> str:
     )
 
 
-def lora_config(lora, tokenizer=None, untied_head: bool = False):
-    """peft LoraConfig from a `lora` section (`all-linear` spares the output head); `lora.trainable_tokens` become the
-    token ids whose embedding rows train beside the adapters (the tokenizer says which ids). A token is written
-    through the output head: where the head is not tied to the embeddings (`untied_head`) its rows would not train,
-    and PEFT's wrapper around the head breaks TRL's fused LM head (it reads `lm_head.bias`), so that is refused."""
+def lora_config(lora):
+    """peft LoraConfig from a `lora` section (`all-linear` spares the output head)."""
     from peft import LoraConfig
 
     targets = lora.target_modules
-    tokens = token_ids(lora.trainable_tokens, tokenizer) if lora.trainable_tokens else None
-    if tokens and untied_head:
-        raise UserError(
-            "the model's output head is not tied to its embeddings, so trainable tokens would change what the model "
-            "reads but not what it can write, and TRL's fused LM head cannot run on PEFT's wrapper of the head; "
-            "drop lora.trainable_tokens for this model (a .gguf conversion unties Qwen2.5's head)",
-            path="lora.trainable_tokens",
-        )
     return LoraConfig(
         r=lora.r,
         lora_alpha=lora.alpha,
@@ -271,24 +260,5 @@ def lora_config(lora, tokenizer=None, untied_head: bool = False):
         target_modules="all-linear" if targets == ["all-linear"] else targets,
         bias=lora.bias,
         use_rslora=lora.use_rslora,
-        trainable_token_indices=tokens,
         task_type="CAUSAL_LM",
     )
-
-
-def token_ids(tokens: list[str], tokenizer) -> list[int]:
-    """The vocabulary id of each token (each must be one token of the vocabulary, as a chat template's markers are)."""
-    vocab = tokenizer.get_vocab()
-    missing = [t for t in tokens if t not in vocab]
-    if missing:
-        raise UserError(
-            f"not a single token of the model's vocabulary: {', '.join(missing)}; name tokens as the tokenizer "
-            "spells them (special tokens such as <tool_call>)",
-            path="lora.trainable_tokens",
-        )
-    return [vocab[t] for t in tokens]
-
-
-def has_untied_head(model) -> bool:
-    """Whether the output head has weights of its own (a .gguf conversion can untie a model that shipped tied)."""
-    return not getattr(model.config.get_text_config(), "tie_word_embeddings", True)

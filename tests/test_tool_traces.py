@@ -194,25 +194,3 @@ def test_the_console_line_and_run_summary_show_the_tool_figures_of_a_tool_run():
     assert "calls" not in out.getvalue().strip().splitlines()[-1]
     Console(file=out, width=200).print(display.summary())
     assert "tools/call_frequency" not in out.getvalue().split("run summary")[-1]  # the last step had no tool keys
-
-
-def test_trainable_tokens_train_those_embedding_rows_and_unknown_tokens_are_one_line(tiny_llama):
-    from peft import get_peft_model
-    from transformers import AutoModelForCausalLM
-
-    from grpo_cli.errors import UserError
-    from grpo_cli.models import load_tokenizer, lora_config
-    from grpo_cli.recipe.schema import LoraSection, ModelSection
-
-    tokenizer = load_tokenizer(ModelSection(name=str(tiny_llama)))
-    marker = tokenizer.eos_token  # one token of the vocabulary, as a template's markers are
-    config = lora_config(LoraSection(r=2, alpha=4, trainable_tokens=[marker]), tokenizer)
-    assert config.trainable_token_indices == [tokenizer.convert_tokens_to_ids(marker)]
-    model = get_peft_model(AutoModelForCausalLM.from_pretrained(tiny_llama), config)
-    trainable = [name for name, p in model.named_parameters() if p.requires_grad]
-    assert any("trainable_tokens" in name for name in trainable) and any("lora_" in name for name in trainable)
-    with pytest.raises(UserError, match="not tied to its embeddings"):  # its own head's rows would not train
-        lora_config(LoraSection(trainable_tokens=[marker]), tokenizer, untied_head=True)
-    with pytest.raises(UserError, match="lora.trainable_tokens") as refused:
-        lora_config(LoraSection(trainable_tokens=["<tool_call>"]), tokenizer)
-    assert "<tool_call>" in str(refused.value)

@@ -101,7 +101,6 @@ class LoraSection(Section):
     )
     bias: Literal["none", "all", "lora_only"] = "none"
     use_rslora: bool = False
-    trainable_tokens: Names = Field(default_factory=list, description="Tokens whose embedding rows train too.")
     adapter: str | None = Field(
         None, description="Start from this PEFT adapter (folder or hub id) trained on model.name with this r and alpha."
     )

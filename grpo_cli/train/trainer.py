@@ -47,9 +47,7 @@ def build_trainer(
         prepare_environment(recipe)  # before TRL builds the engine inside the trainer
         engine_settings = cpu_engine_settings(inference_dtype(recipe, on_cpu=True))
     model = _load_model(recipe, on_cpu, mixed)
-    peft_config = None
-    if recipe.lora is not None:
-        peft_config = models.lora_config(recipe.lora, tokenizer, models.has_untied_head(model))
+    peft_config = models.lora_config(recipe.lora) if recipe.lora is not None else None
     if start_weights is not None:  # the same adapter keeps training: TRL takes the PEFT model as it is
         from grpo_cli.train.start_weights import start_from
 

@@ -116,9 +116,7 @@ def warmup_setup(recipe: Recipe) -> WarmupSetup:
     adapter = named_adapter(recipe)
     if adapter is not None:
         model = start_from(model, adapter, recipe)
-    lora = None
-    if recipe.lora is not None and adapter is None:
-        lora = models.lora_config(recipe.lora, tokenizer, models.has_untied_head(model))
+    lora = models.lora_config(recipe.lora) if recipe.lora is not None and adapter is None else None
     return WarmupSetup(model, tokenizer, lora, on_cpu, mixed)
 
 
