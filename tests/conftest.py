@@ -24,6 +24,26 @@ def pytest_sessionfinish(session, exitstatus):
     shutil.rmtree(TRACKIO_DIR, ignore_errors=True)
 
 
+def pytest_runtest_setup(item):
+    """Before any fixture is built: the tool_model fixture trains a model for some hundred steps."""
+    if "tool_model" in item.fixturenames and item.get_closest_marker("slow") is None:
+        pytest.fail("this test builds the tool_model fixture (training steps): mark it @pytest.mark.slow")
+
+
+@pytest.fixture(autouse=True)
+def _only_slow_tests_train(request, monkeypatch):
+    """`-m "not slow"` is the inner loop: a test not marked slow that reaches a Trainer's train() (grpo train,
+    preflight's steps, the warm-up) fails here."""
+    if request.node.get_closest_marker("slow") is not None:
+        return
+    from transformers import Trainer
+
+    def refuse(self, *args, **kwargs):
+        raise AssertionError("this test trains: mark it @pytest.mark.slow")
+
+    monkeypatch.setattr(Trainer, "train", refuse)
+
+
 @pytest.fixture(scope="session")
 def tiny_llama(tmp_path_factory) -> Path:
     from tiny_models import build_model

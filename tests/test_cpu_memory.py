@@ -17,6 +17,7 @@ from grpo_cli.cli import app
 runner = CliRunner()
 
 
+@pytest.mark.slow  # grpo train in a child process
 def test_training_runs_with_mimalloc_preloaded(tmp_path, tiny_llama):
     recipe = write_recipe(tmp_path, tiny_llama, training={"max_steps": 1})
     env = {k: v for k, v in os.environ.items() if k not in ("GRPO_ALLOCATOR", "LD_PRELOAD")}
@@ -58,6 +59,7 @@ def test_plan_on_a_cpu_gives_peak_rss_against_ram_and_the_fix():
     assert bad.exit_code == 2 and "--ram" in bad.output
 
 
+@pytest.mark.slow  # a real training step
 def test_train_warns_before_loading_when_the_plan_exceeds_free_ram(tmp_path, tiny_llama, monkeypatch):
     import grpo_cli.plan.gpus as gpus
 
@@ -69,6 +71,7 @@ def test_train_warns_before_loading_when_the_plan_exceeds_free_ram(tmp_path, tin
     )
 
 
+@pytest.mark.slow  # a real training step
 def test_a_step_says_which_phase_it_is_in(tmp_path, tiny_llama, monkeypatch):
     from grpo_cli.train.display import TrainingDisplay
 

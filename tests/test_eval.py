@@ -286,6 +286,7 @@ def test_eval_user_mistakes(tmp_path, tiny_llama):
         assert "Traceback" not in result.output
 
 
+@pytest.mark.slow  # real training steps
 def test_compare_base_and_trained_lora_run(tmp_path, tiny_llama):
     recipe = write_recipe(
         tmp_path, tiny_llama, lora={"r": 4, "dropout": 0.0}, training={"max_steps": 1, "save_steps": 1}

@@ -278,6 +278,7 @@ def test_sampled_task_protocol_says_majority_is_not_available(tmp_path, tiny_lla
     assert all(r["majority"] is None and len(r["samples"]) == 2 for r in predictions(tmp_path / "out"))
 
 
+@pytest.mark.slow  # real training steps
 def test_sampled_compare_pairs_the_fractions_of_each_problem(tmp_path, tiny_llama):
     recipe = write_recipe(
         tmp_path, tiny_llama, lora={"r": 4, "dropout": 0.0}, training={"max_steps": 1, "save_steps": 1}

@@ -57,6 +57,7 @@ def test_export_of_a_mistyped_run_says_it_does_not_exist(tmp_path):
     assert not (tmp_path / "out").exists()
 
 
+@pytest.mark.slow  # training starts: the step's rewards fail
 def test_a_failing_reward_is_named_as_the_recipe_names_it(tmp_path, tiny_llama):
     score = "def score(prompts=None, completions=None, **kw):\n    {}\n"
     (tmp_path / "a_rewards.py").write_text(score.format("return [0.0 for c in completions]"))

@@ -54,6 +54,7 @@ def test_a_partial_as_a_tool_is_refused_with_what_to_do(tmp_path, tiny_llama):
     assert not (tmp_path / "run").exists()
 
 
+@pytest.mark.slow  # builds tool_model (training steps)
 def test_an_environment_whose_reset_raises_stops_eval_in_one_line(tmp_path, tool_model):
     recipe = environment_recipe(tmp_path, tool_model, "RaisingReset")
     result = runner.invoke(app, ["eval", str(recipe), "--limit", "4", "--output", str(tmp_path / "eval")])
@@ -69,6 +70,7 @@ def test_an_environment_whose_reset_raises_stops_eval_in_one_line(tmp_path, tool
         ("ListReward", ["ListReward`: get_reward returned [1.0, 0.0] (list)", "one number"]),
     ],
 )
+@pytest.mark.slow  # builds tool_model (training steps)
 def test_an_environment_returning_what_trl_cannot_use_stops_training_in_one_line(
     tmp_path, tool_model, environment, words
 ):
@@ -79,12 +81,14 @@ def test_an_environment_returning_what_trl_cannot_use_stops_training_in_one_line
     assert not (tmp_path / "run" / "final").exists()
 
 
+@pytest.mark.slow  # builds tool_model (training steps)
 def test_preflight_stops_on_an_environment_reward_trl_cannot_use(tmp_path, tool_model):
     recipe = environment_recipe(tmp_path, tool_model, "StringReward")
     line = fails_cleanly(runner.invoke(app, ["preflight", str(recipe), "--prompts", "2"]))
     assert "StringReward`: get_reward returned 'high' (str)" in line and "run the same command again" in line
 
 
+@pytest.mark.slow  # builds tool_model (training steps)
 def test_a_nan_reward_from_an_environment_is_warned_and_not_judged(tmp_path, tool_model):
     result = runner.invoke(app, ["train", str(environment_recipe(tmp_path, tool_model, "NanReward"))])
     assert result.exit_code == 0, result.output
@@ -94,6 +98,7 @@ def test_a_nan_reward_from_an_environment_is_warned_and_not_judged(tmp_path, too
     assert (tmp_path / "run" / "final").is_dir()
 
 
+@pytest.mark.slow  # builds tool_model (training steps)
 def test_user_code_that_prints_keeps_off_the_json_document(tmp_path, tool_model):
     recipe = write_recipe(
         tmp_path,
@@ -109,6 +114,7 @@ def test_user_code_that_prints_keeps_off_the_json_document(tmp_path, tool_model)
     assert json.loads(result.stdout)["results"][0]["problems"] == 6  # stdout is the document alone
 
 
+@pytest.mark.slow  # preflight's real steps
 def test_a_reward_that_prints_keeps_off_the_preflight_json_document(tmp_path, tiny_llama):
     (tmp_path / "loud.py").write_text(
         "def score(completions=None, **kw):\n"

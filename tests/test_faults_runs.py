@@ -46,6 +46,7 @@ def cut_short(file: Path) -> None:
     file.write_bytes(data[: len(data) // 2])
 
 
+@pytest.mark.slow  # real training steps
 def test_a_cut_short_adapter_in_a_checkpoint_is_named_by_eval(tmp_path, lora_run):
     run_dir = copy_of(lora_run, tmp_path)
     cut_short(run_dir / "checkpoint-1" / "adapter_model.safetensors")
@@ -55,6 +56,7 @@ def test_a_cut_short_adapter_in_a_checkpoint_is_named_by_eval(tmp_path, lora_run
     assert not (run_dir / "eval").exists()
 
 
+@pytest.mark.slow  # real training steps
 def test_a_cut_short_adapter_is_named_by_export_and_nothing_is_written(tmp_path, lora_run):
     run_dir = copy_of(lora_run, tmp_path)
     cut_short(run_dir / "final" / "adapter_model.safetensors")
@@ -72,6 +74,7 @@ def test_a_cut_short_adapter_is_named_by_export_and_nothing_is_written(tmp_path,
         ("- a\n- list\n", ["holds a list, not a recipe"]),
     ],
 )
+@pytest.mark.slow  # real training steps
 def test_a_runs_own_recipe_that_no_longer_parses_is_named_on_resume(tmp_path, lora_run, text, words):
     run_dir = copy_of(lora_run, tmp_path)
     (run_dir / "recipe.yaml").write_text(text)
@@ -154,6 +157,7 @@ def files_of(folder: Path) -> dict[str, bytes]:
     return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
 
 
+@pytest.mark.slow  # real training steps
 def test_a_second_process_writing_the_same_folder_is_refused_and_changes_nothing(tmp_path, lora_run, tiny_llama):
     """Two evaluations appending to one predictions file, or two runs saving into one run directory, would
     interleave their writes: while a grpo process writes a folder, another `grpo eval` or `grpo train` into it is
@@ -214,6 +218,7 @@ def test_a_file_system_without_locks_runs_the_command_unguarded(tmp_path, monkey
     assert ran == [True]
 
 
+@pytest.mark.slow  # real training steps
 def test_a_checkpoint_holding_only_its_adapter_config_is_skipped_by_the_curve(tmp_path, lora_run):
     """An interrupted save can leave adapter_config.json without the weights: `--checkpoints` skips that checkpoint
     with a warning naming it and draws the others."""
@@ -233,6 +238,7 @@ def test_a_checkpoint_holding_only_its_adapter_config_is_skipped_by_the_curve(tm
     fails_cleanly(evaluated, "checkpoint-2/adapter_model.safetensors", "is missing", f"--run {run_dir}/checkpoint-N")
 
 
+@pytest.mark.slow  # real training steps
 def test_a_cut_adapter_config_is_named_by_export_before_the_base_model_loads(tmp_path, lora_run, monkeypatch):
     import transformers
 
@@ -283,6 +289,7 @@ def test_report_of_a_run_stopped_in_its_warm_up_draws_the_warm_up(tmp_path):
     fails_cleanly(runner.invoke(app, ["report", str(tmp_path / "empty")]), "metrics.jsonl not found")
 
 
+@pytest.mark.slow  # real training steps
 def test_a_file_size_limit_hit_while_saving_is_one_line_and_the_run_continues(tmp_path, tiny_llama):
     """`ulimit -f` below a checkpoint's size: the save fails inside torch (in its own words, no errno); the kernel's
     SIGXFSZ tells it apart. One line, exit 2, the logged step kept, and the same command finishes once it is lifted."""
@@ -303,6 +310,7 @@ def test_a_file_size_limit_hit_while_saving_is_one_line_and_the_run_continues(tm
     assert (tmp_path / "run" / "final" / "adapter_model.safetensors").is_file()
 
 
+@pytest.mark.slow  # real training steps
 def test_evaluating_a_read_only_run_into_another_folder_never_writes_the_run(tmp_path, lora_run):
     """`--output` elsewhere: the run's model card reads only RUN/eval/, so the run is not written at all."""
     run_dir = copy_of(lora_run, tmp_path / "copy")

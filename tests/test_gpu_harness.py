@@ -9,10 +9,13 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "benchmarks" / "gpu"))
 
 
+@pytest.mark.slow  # grpo train and calibration steps in a child process
 def test_harness_on_cpu(tmp_path):
     out = tmp_path / "out"
     done = subprocess.run(

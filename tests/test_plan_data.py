@@ -141,6 +141,7 @@ def test_once_a_folder_was_seen_the_plan_counts_without_torch_the_tokens_trainin
     assert planned["data"] == {"longest_prompt_tokens": longest, "prompts": prompts}
 
 
+@pytest.mark.slow  # builds tool_model (training steps)
 def test_the_tool_descriptions_count_in_both_ways(tool_model, tmp_path):
     from grpo_cli.plan.light_tokenizer import longest_prompt, remember_class
     from grpo_cli.tools.registry import guarded_tools

@@ -53,6 +53,7 @@ def test_autocast_that_contradicts_the_weights_is_refused(tmp_path, tiny_llama):
     assert "Traceback" not in result.output
 
 
+@pytest.mark.slow  # real training steps
 def test_bf16_autocast_over_float32_weights_trains(tmp_path, tiny_llama):
     """A real TRL step with float32 LoRA weights and bf16 matmuls, with a KL term (the reference forward runs on the
     same base): the adapted layers compute in bfloat16 in the loss's forward, their frozen bases are stored in

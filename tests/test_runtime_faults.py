@@ -58,6 +58,7 @@ def train(recipe: Path, *args: str):
 # ---------------------------------------------------------------- rewards that misbehave
 
 
+@pytest.mark.slow  # real training steps
 def test_a_generator_reward_trains(tmp_path, tiny_llama):
     result = train(reward_recipe(tmp_path, tiny_llama, "generator"))
     assert result.exit_code == 0, result.output
@@ -72,11 +73,13 @@ def test_a_generator_reward_trains(tmp_path, tiny_llama):
         ("strings", ["my_rewards.py:strings`", "'high'", "step 1"]),
     ],
 )
+@pytest.mark.slow  # real training steps
 def test_a_reward_returning_the_wrong_thing_is_named(tmp_path, tiny_llama, name, words):
     fails_cleanly(train(reward_recipe(tmp_path, tiny_llama, name)), *words)
     assert not (tmp_path / "run" / "final").exists()
 
 
+@pytest.mark.slow  # real training steps
 def test_nan_rewards_are_not_judged_and_warned(tmp_path, tiny_llama):
     result = train(reward_recipe(tmp_path, tiny_llama, "half_nan"))
     assert result.exit_code == 0, result.output
@@ -84,6 +87,7 @@ def test_nan_rewards_are_not_judged_and_warned(tmp_path, tiny_llama):
     assert "my_rewards.py:half_nan`returnedNaNorinfinity" in unwrapped, result.output
 
 
+@pytest.mark.slow  # real training steps
 def test_a_reward_raising_later_keeps_the_finished_steps(tmp_path, tiny_llama):
     recipe = reward_recipe(tmp_path, tiny_llama, "fails_on_step_2", training={"save_steps": 100, "max_steps": 3})
     line = fails_cleanly(train(recipe), "my_rewards.py:fails_on_step_2`", "step 2", "lookup table missing", "--resume")
@@ -92,6 +96,7 @@ def test_a_reward_raising_later_keeps_the_finished_steps(tmp_path, tiny_llama):
     assert state["global_step"] == 1
 
 
+@pytest.mark.slow  # real training steps
 def test_a_reward_past_its_time_limit_stops_the_run(tmp_path, tiny_llama):
     recipe = reward_recipe(tmp_path, tiny_llama, "slow", spec={"timeout_s": 0.5})
     fails_cleanly(train(recipe), "my_rewards.py:slow`", "timeout_s", "step 1")
@@ -100,6 +105,7 @@ def test_a_reward_past_its_time_limit_stops_the_run(tmp_path, tiny_llama):
 # ---------------------------------------------------------------- checkpoints and resume
 
 
+@pytest.mark.slow  # real training steps
 def test_resume_skips_a_checkpoint_whose_save_was_interrupted(tmp_path, tiny_llama):
     recipe = write_recipe(tmp_path, tiny_llama, lora={"r": 4, "dropout": 0.0}, training={"max_steps": 2})
     assert train(recipe).exit_code == 0
@@ -125,6 +131,7 @@ def test_resume_skips_a_checkpoint_whose_save_was_interrupted(tmp_path, tiny_lla
     assert weights.parent.is_dir()
 
 
+@pytest.mark.slow  # real training steps
 def test_resume_refuses_a_changed_adapter_shape_before_loading(tmp_path, tiny_llama):
     recipe = write_recipe(tmp_path, tiny_llama, lora={"r": 4, "dropout": 0.0}, training={"max_steps": 4})
     assert train(recipe, "training.max_steps=1").exit_code == 0
@@ -132,6 +139,7 @@ def test_resume_refuses_a_changed_adapter_shape_before_loading(tmp_path, tiny_ll
     fails_cleanly(train(recipe, "--resume", "lora.r=8"), "lora.r", "lora.r=4", "8")
 
 
+@pytest.mark.slow  # real training steps
 def test_a_run_that_never_saved_starts_again_either_way(tmp_path, tiny_llama):
     recipe = reward_recipe(tmp_path, tiny_llama, "no_return")
     fails_cleanly(train(recipe), "returned None")  # the run directory exists, without any checkpoint
@@ -145,6 +153,7 @@ def test_a_run_that_never_saved_starts_again_either_way(tmp_path, tiny_llama):
             shutil.rmtree(checkpoint)
 
 
+@pytest.mark.slow  # real training steps
 def test_another_recipes_damaged_run_is_kept_and_refused(tmp_path, tiny_llama):
     """A folder holding another recipe's run whose only checkpoint is damaged: nothing in it is deleted or rewritten."""
     run = tmp_path / "run"
@@ -167,6 +176,7 @@ def test_another_recipes_damaged_run_is_kept_and_refused(tmp_path, tiny_llama):
 # ---------------------------------------------------------------- data that cannot train or score
 
 
+@pytest.mark.slow  # real training steps
 def test_rows_without_a_number_are_left_out_and_too_few_are_refused(tmp_path, tiny_llama):
     rows = generate_problems(6) + [{"question": "", "answer": "#### 3"}, {"question": "How many?", "answer": "lots"}]
     data = write_jsonl(rows, tmp_path / "train.jsonl")
@@ -228,6 +238,7 @@ def test_train_never_writes_into_a_folder_of_someone_elses(tmp_path, tiny_llama)
     assert sorted(p.name for p in (tmp_path / "run").iterdir()) == ["notes.txt"]
 
 
+@pytest.mark.slow  # real training steps
 def test_file_system_mistakes_are_one_line(tmp_path, tiny_llama):
     a_file = tmp_path / "a_file"
     a_file.write_text("mine")

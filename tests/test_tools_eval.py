@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 
+import pytest
 from typer.testing import CliRunner
 
 from conftest import write_recipe
@@ -15,6 +16,8 @@ from grpo_cli.tools.loop import ToolLoop
 from grpo_cli.tools.registry import guarded_tools
 from grpo_cli.train.trainer import build_trainer
 from tool_models import SYSTEM
+
+pytestmark = pytest.mark.slow  # every test builds the tool_model fixture (training steps)
 
 runner = CliRunner()
 BUDGET = 96

@@ -112,6 +112,7 @@ def test_guard_keeps_the_tools_description_and_shortens_failures():
         ("flooding", "[cut: 9999960 more characters]"),
     ],
 )
+@pytest.mark.slow  # builds tool_model (training steps)
 def test_a_misbehaving_tool_never_stops_the_run(tmp_path, tool_model, tool, seen):
     """Failures reach the model as one short error and are counted; a flood is cut to max_result_chars (kept small
     here so the cut result fits the tiny completion budget, which would otherwise drop it as TRL does)."""

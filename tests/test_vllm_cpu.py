@@ -109,6 +109,7 @@ def test_the_cpu_engine_runs_eagerly_in_the_training_precision_not_the_checkpoin
     assert config.dtype == torch.float32 and config.enforce_eager
 
 
+@pytest.mark.slow  # preflight's real steps
 @pytest.mark.vllm
 def test_preflight_times_full_length_steps_with_vllm_generating(tmp_path, vllm_model):
     """Preflight forces every completion to the budget; vLLM's SamplingParams calls that floor `min_tokens`."""
@@ -119,6 +120,7 @@ def test_preflight_times_full_length_steps_with_vllm_generating(tmp_path, vllm_m
     assert data["generation_s"] > 0 and data["training_s"] > 0 and data["measured_peak_gib"] > 0
 
 
+@pytest.mark.slow  # real training steps
 @pytest.mark.vllm
 def test_train_generates_with_vllm_on_the_cpu(tmp_path, vllm_model):
     """Two real steps with vLLM generating: the run finishes, the loss is finite, the adapter moved."""
@@ -193,6 +195,7 @@ def test_the_plan_counts_the_cpu_engine_and_sizes_its_kv_cache_as_training_does(
     assert user_sized["vLLM KV cache"].bytes == 3 * 2**30
 
 
+@pytest.mark.slow  # real training steps
 @pytest.mark.vllm
 @pytest.mark.parametrize("mode", ["sequence_mask", "token_truncate"])
 def test_on_policy_correction_equals_trls_without_its_extra_forward_pass(tmp_path, vllm_model, mode):

@@ -60,6 +60,7 @@ def watch_first_step(monkeypatch) -> FirstStepWeights:
     return seen
 
 
+@pytest.mark.slow  # real SFT and GRPO steps
 def test_reference_warmup_then_grpo_trains_the_same_adapter_from_where_it_ended(tmp_path, tiny_llama, monkeypatch):
     seen = watch_first_step(monkeypatch)
     recipe = load_recipe(recipe_file(tmp_path, tiny_llama))
@@ -89,6 +90,7 @@ def test_reference_warmup_then_grpo_trains_the_same_adapter_from_where_it_ended(
     assert (warm / "recipe.yaml").is_file() and (result.run_dir / "checkpoint-2").is_dir()
 
 
+@pytest.mark.slow  # real SFT and GRPO steps
 def test_full_finetune_warmup_is_grpo_start_and_kl_reference(tmp_path, tiny_llama):
     recipe = load_recipe(recipe_file(tmp_path, tiny_llama, lora=None, grpo={"beta": 0.1, "num_generations": 2}))
     result = run_module.train(recipe)
@@ -100,6 +102,7 @@ def test_full_finetune_warmup_is_grpo_start_and_kl_reference(tmp_path, tiny_llam
     assert abs(kl[0]) < 1e-6 and max(kl[1:]) > 1e-6, kl
 
 
+@pytest.mark.slow  # real SFT and GRPO steps
 def test_qlora_warmup_hands_its_adapter_to_grpo(tmp_path, tiny_llama, monkeypatch):
     pytest.importorskip("bitsandbytes")
     seen = watch_first_step(monkeypatch)
@@ -115,6 +118,7 @@ def test_qlora_warmup_hands_its_adapter_to_grpo(tmp_path, tiny_llama, monkeypatc
         assert torch.equal(started[name].float(), tensor.float()), name
 
 
+@pytest.mark.slow  # real SFT and GRPO steps
 def test_self_sampled_warmup_keeps_only_what_the_reward_scores_right(tmp_path, tiny_llama):
     warmup = {
         **WARMUP,
@@ -155,6 +159,7 @@ def stop_during_step_one(monkeypatch, which: int) -> None:
     monkeypatch.setattr(InterruptCallback, "__init__", init)
 
 
+@pytest.mark.slow  # real SFT and GRPO steps
 def test_resume_continues_whichever_stage_was_interrupted(tmp_path, tiny_llama, monkeypatch):
     path = recipe_file(tmp_path, tiny_llama)
     stop_during_step_one(monkeypatch, which=0)
@@ -203,6 +208,7 @@ def save_adapter(model_dir: Path, folder: Path, r: int = 4, noise: bool = True) 
     return folder
 
 
+@pytest.mark.slow  # real SFT and GRPO steps
 def test_grpo_starts_from_an_adapter_trained_elsewhere(tmp_path, tiny_llama, monkeypatch):
     adapter = save_adapter(tiny_llama, tmp_path / "adapter")
     seen = watch_first_step(monkeypatch)
@@ -296,6 +302,7 @@ def test_plan_puts_the_warmup_peak_beside_grpos_and_the_larger_decides():
     assert "warm-up (supervised steps before GRPO" in shown.output and "the warm-up sets the peak" in shown.output
 
 
+@pytest.mark.slow  # real SFT and GRPO steps
 def test_preflight_times_the_warmup_and_plans_its_peak(tmp_path, tiny_llama):
     path = recipe_file(tmp_path, tiny_llama, warmup={**WARMUP, "max_steps": -1, "count": 12})
     result = CliRunner().invoke(app, ["preflight", str(path), "--json", "--prompts", "2"])
