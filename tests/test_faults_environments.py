@@ -118,11 +118,11 @@ def test_user_code_that_prints_keeps_off_the_json_document(tmp_path, tool_model)
 def test_a_reward_that_prints_keeps_off_the_preflight_json_document(tmp_path, tiny_llama):
     (tmp_path / "loud.py").write_text(
         "def score(completions=None, **kw):\n"
-        "    print('scoring', len(completions))\n"
+        "    print('loud reward scoring', len(completions))\n"
         "    return [0.0] * len(completions)\n"
     )
     recipe = write_recipe(tmp_path, tiny_llama, rewards=[{"name": f"{tmp_path / 'loud.py'}:score"}])
     result = runner.invoke(app, ["preflight", str(recipe), "--json", "--prompts", "2"])
     assert result.exit_code == 0, result.output
-    assert "scoring" in result.stderr
-    assert "scoring" not in result.stdout and isinstance(json.loads(result.stdout), dict)
+    assert "loud reward scoring" in result.stderr
+    assert "loud reward" not in result.stdout and isinstance(json.loads(result.stdout), dict)
