@@ -148,11 +148,11 @@ def test_bitsandbytes_is_left_alone_inside_a_process_that_did_not_ask():
 
 
 def test_narrower_head_tiles_give_the_same_log_probs_and_gradients():
-    """trl_seams.narrow_head_tiles only changes how many vocabulary columns TRL's chunked head folds at once."""
+    """seams.narrow_head_tiles only changes how many vocabulary columns TRL's chunked head folds at once."""
     import torch
     from trl.kernels.chunked_logprob import ChunkedLogProbFunction
 
-    from grpo_cli.train.trl_seams import CPU_HEAD_TILE
+    from grpo_cli.libraries.seams import CPU_HEAD_TILE
 
     torch.manual_seed(0)
     hidden = torch.randn(48, 32, dtype=torch.float64)
@@ -174,8 +174,8 @@ def test_head_tiles_are_narrowed_on_the_cpu_and_an_upgrade_without_the_setting_i
     import trl.trainer.utils as trl_utils
 
     from grpo_cli.errors import UserError
+    from grpo_cli.libraries.seams import CPU_HEAD_TILE, check_trl, narrow_head_tiles
     from grpo_cli.plan.memory import CPU_VOCAB_CHUNK_SIZE
-    from grpo_cli.train.trl_seams import CPU_HEAD_TILE, check, narrow_head_tiles
 
     assert CPU_VOCAB_CHUNK_SIZE == CPU_HEAD_TILE  # the plan's CPU head term is the width the trainer sets
     monkeypatch.setattr(trl_utils, "_CHUNKED_LOGPROB_CHUNK_SIZE", 32768)
@@ -183,7 +183,7 @@ def test_head_tiles_are_narrowed_on_the_cpu_and_an_upgrade_without_the_setting_i
     assert trl_utils._CHUNKED_LOGPROB_CHUNK_SIZE == CPU_HEAD_TILE
     monkeypatch.delattr(trl_utils, "_CHUNKED_LOGPROB_CHUNK_SIZE")
     with pytest.raises(UserError, match=r"no trl\.trainer\.utils\._CHUNKED_LOGPROB_CHUNK_SIZE, which grpo narrows"):
-        check()
+        check_trl()
 
 
 OWNERSHIP_PROBE = """

@@ -108,7 +108,10 @@ def test_vllm_lora_adapter_with_rank_above_vllms_default(tmp_path, vllm_model):
     on_vllm = evaluate(vllm_model, tmp_path / "vllm", "--adapter", str(adapter), "--engine", "vllm")
     evaluate(vllm_model, tmp_path / "own", "--adapter", str(adapter), "--engine", "transformers")
     assert on_vllm["session"]["engine"] == "vllm" and on_vllm["adapter"] == str(adapter)
+    assert on_vllm["session"]["lora_path"] == "vllm-one-product"  # grpo's one product per adapter (vllm_cpu_lora.py)
+    assert json.loads((tmp_path / "vllm" / "settings.json").read_text())["lora_path"] == "vllm-one-product"
     assert completions(tmp_path / "vllm") == completions(tmp_path / "own")
     base = evaluate(vllm_model, tmp_path / "base", "--engine", "vllm")
-    assert base["session"]["engine"] == "vllm"
+    assert base["session"]["engine"] == "vllm" and base["session"]["lora_path"] is None
+    assert "lora_path" not in json.loads((tmp_path / "base" / "settings.json").read_text())  # no adapter, no path
     assert completions(tmp_path / "base") != completions(tmp_path / "vllm")  # the adapter reached generation

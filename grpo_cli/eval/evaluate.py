@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from grpo_cli.eval.engines import choose_engine, engine_label
+from grpo_cli.eval.engines import TRANSFORMERS, EngineChoice, choose_engine, engine_label
 from grpo_cli.eval.problems import fewshot_pool, load_problems, protocol_prompts
 from grpo_cli.eval.sampled import ProblemSamples, by_problem, repeated, sampled_record, summarize_sampled
 from grpo_cli.eval.sampler import sampling_of
@@ -29,6 +29,7 @@ from grpo_cli.eval.store import PredictionStore, previous_session
 from grpo_cli.eval.targets import Target
 from grpo_cli.eval.task import TaskScorer, task_problems, task_settings, task_source
 from grpo_cli.files import sole_writer
+from grpo_cli.progress import quiet_libraries
 from grpo_cli.recipe.eval_section import EvalSection
 from grpo_cli.recipe.schema import Recipe
 from grpo_cli.runs.layout import SUMMARY_FILE
@@ -96,8 +97,6 @@ def evaluate(recipe: Recipe, target: Target, output: Path, display=None, engine:
 
 def _evaluate(recipe: Recipe, target: Target, output: Path, display, engine: str) -> EvalResult:
     ev = recipe.eval
-    from grpo_cli.progress import quiet_libraries
-
     quiet_libraries()  # dataset-loading bars and hub retry warnings would sit above our own progress
     scorer = None
     if ev.protocol == "task":
@@ -113,14 +112,14 @@ def _evaluate(recipe: Recipe, target: Target, output: Path, display, engine: str
         check_tool_template(load_tokenizer(model), target.model)
     choice = choose_engine(engine, recipe, target.adapter, uses_tools(recipe))  # its errors come before any file
     sampling, names = sampling_of(ev), scorer.names if scorer else FILTERS
-    store = PredictionStore(output, settings_of(recipe, target, compute_dtype(recipe)), problems)
+    store = PredictionStore(output, settings_of(recipe, target, compute_dtype(recipe)) | choice.settings(), problems)
     todo = [p for p in problems if p.index not in store.records]
     wall, new_tokens, engine_used = 0.0, 0, None
     if todo:
         if display and choice.note:
             display.note(f"{target.label}: {choice.note}")
-        generator, tokenizer = _generator(recipe, model, target, max_new_tokens(ev), choice.name, sampling)
-        engine_used = {"engine": generator.name, "engine_version": generator.version}
+        generator, tokenizer = _generator(recipe, model, target, max_new_tokens(ev), choice, sampling)
+        engine_used = {"engine": generator.name, "engine_version": generator.version, "lora_path": choice.lora_path}
         stream = _stream(recipe, generator, tokenizer, todo, pool, sampling)
         if display:
             display.start(
@@ -248,7 +247,7 @@ def compute_dtype(recipe: Recipe) -> str:
     return inference_dtype(recipe, on_cpu=not torch.cuda.is_available())
 
 
-def _generator(recipe: Recipe, model, target: Target, budget: int, engine: str = "transformers", sampling=None):
+def _generator(recipe: Recipe, model, target: Target, budget: int, engine: EngineChoice = TRANSFORMERS, sampling=None):
     """The generation engine (`vllm` or `transformers`, chosen by grpo_cli/eval/engines.py) for the `model` section,
     greedy or with `sampling` (eval/sampler.py), and the tokenizer."""
     import torch
@@ -257,13 +256,12 @@ def _generator(recipe: Recipe, model, target: Target, budget: int, engine: str =
     from grpo_cli.eval.generation import HFGenerator
     from grpo_cli.eval.lean_lora import lean_lora
     from grpo_cli.models import load_model, load_tokenizer, resolve_model_path
-    from grpo_cli.progress import quiet_libraries
 
     quiet_libraries()
     tokenizer = load_tokenizer(model)
     stops = LM_EVAL_STOPS if recipe.eval.protocol == "lm-eval" else []
     dtype = compute_dtype(recipe)
-    if engine == "vllm":
+    if engine.name == "vllm":
         from grpo_cli.eval.vllm_engine import VLLMGenerator
 
         return VLLMGenerator(
@@ -276,6 +274,7 @@ def _generator(recipe: Recipe, model, target: Target, budget: int, engine: str =
             model.tokenizer,
             model.trust_remote_code,
             sampling,
+            engine.lora_path,
         ), tokenizer
     narrower = dtype != model.dtype
     lm = load_model(model.model_copy(update={"dtype": dtype}), recipe.quantization)

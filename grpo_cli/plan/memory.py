@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from grpo_cli.libraries.seams import CPU_HEAD_TILE
 from grpo_cli.plan import static_memory
 from grpo_cli.plan.architectures import Architecture
 from grpo_cli.plan.backward_transients import layer_backward_transients
@@ -32,9 +33,9 @@ DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4}
 # trl/kernels/chunked_logprob.py: the LM head is projected in [TOKEN_CHUNK_SIZE, CHUNK] tiles.
 TOKEN_CHUNK_SIZE = 4096
 VOCAB_CHUNK_SIZE = 32768
-# On a CPU grpo narrows the tiles to this width (train/trl_seams.py, narrow_head_tiles, reads it from here): the
-# torch fold holds float32 copies of a tile.
-CPU_VOCAB_CHUNK_SIZE = 8192
+# On a CPU grpo narrows the tiles to this width (libraries/seams.py, narrow_head_tiles): the torch fold holds float32
+# copies of a tile.
+CPU_VOCAB_CHUNK_SIZE = CPU_HEAD_TILE
 # Without Triton (CPU) `_forward_tile`/`_backward_tile` hold float32 tile-sized temporaries (z, p, log p,
 # the gradient and its products); with Triton (CUDA) the folds run in registers. FITTED: 7.5 tiles (refitted with
 # 8192-wide tiles by benchmarks/memory_fit.py: unchanged).

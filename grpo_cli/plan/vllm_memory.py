@@ -2,15 +2,14 @@
 
 On a GPU vLLM takes `grpo.vllm_gpu_memory_utilization` of the card (memory.py adds it to nvidia-smi's figure). On a
 CPU it holds a second copy of the weights, packed for its GEMM kernels, and a KV cache of VLLM_CPU_KVCACHE_SPACE whole
-GiB, which grpo sets from the recipe (kv_cache_gib; train/vllm_cpu.py) unless the user has set it; both live beside
-the trainer's own copy for the whole run, so they are static terms of the process's peak.
+GiB, which grpo sets from the recipe (kv_cache_gib, by libraries/vllm_settings.py's one formula; train/vllm_cpu.py)
+unless the user has set it; both live beside the trainer's own copy for the whole run, so they are static terms of the
+process's peak.
 """
 
 from __future__ import annotations
 
-import math
-import os
-
+from grpo_cli.libraries import vllm_settings
 from grpo_cli.plan.architectures import Architecture
 from grpo_cli.plan.sharding import Term
 from grpo_cli.recipe.schema import Recipe
@@ -22,22 +21,19 @@ GIB = 2**30
 # under. Started alone, the engine holds more beyond those terms (0.6-1.2 GiB: benchmarks/vllm_cpu_engine_memory.txt);
 # inside the trainer part of it is memory the process already holds.
 VLLM_CPU_RUNTIME_GIB = 0.4
-# vLLM rounds each sequence up to whole blocks and keeps a scheduling margin: the KV cache is sized with room to spare.
-KV_MARGIN = 1.2
 
 
 def kv_cache_gib(recipe: Recipe, arch: Architecture) -> int:
     """Whole GiB of KV cache for one generation batch at the longest sequence the recipe allows (at least 1)."""
     prompt = recipe.data.max_prompt_length or 1024  # without a limit TRL does not cut prompts: room for long ones
-    tokens = recipe.generation_batch_per_process * (prompt + recipe.grpo.max_completion_length)
-    per_token = 2 * arch.num_layers * arch.kv_dim * 4  # K and V; float32 at most
-    return max(1, math.ceil(tokens * per_token * KV_MARGIN / GIB))
+    tokens = prompt + recipe.grpo.max_completion_length
+    return vllm_settings.kv_cache_gib(arch.num_layers, arch.kv_dim, recipe.generation_batch_per_process, tokens)
 
 
 def kv_cache_space_gib(recipe: Recipe, arch: Architecture) -> int:
     """What the engine will get: the user's VLLM_CPU_KVCACHE_SPACE when set, else grpo's size for the recipe."""
-    user = os.environ.get("VLLM_CPU_KVCACHE_SPACE", "")
-    return int(user) if user.isdigit() else kv_cache_gib(recipe, arch)
+    user = vllm_settings.user_kv_cache_gib()
+    return user if user is not None else kv_cache_gib(recipe, arch)
 
 
 def vllm_cpu_terms(recipe: Recipe, arch: Architecture, w: int) -> list[Term]:

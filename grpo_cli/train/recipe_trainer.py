@@ -9,7 +9,7 @@
 - `_compute_loss` and `_get_per_token_logps_and_entropies`: on-policy with vLLM, TRL's importance-sampling correction
   takes the trainer's log-probs from the loss's own forward pass instead of an extra one (vllm_correction.py).
 The loss, the optimizer and every log-prob stay TRL's. The private names used are listed and checked in
-trl_seams.py; build_trainer (trainer.py) is the only place that constructs this class.
+libraries/seams.py; build_trainer (trainer.py) is the only place that constructs this class.
 """
 
 from __future__ import annotations
@@ -18,7 +18,8 @@ from contextlib import nullcontext
 
 from trl import GRPOTrainer
 
-from grpo_cli.train import trl_seams, vllm_correction, zero_variance
+from grpo_cli.libraries import seams
+from grpo_cli.train import vllm_correction, zero_variance
 from grpo_cli.train.phases import PhaseListener
 
 
@@ -35,7 +36,7 @@ class RecipeTrainer(GRPOTrainer):
         **kwargs,
     ):
         super().__init__(*args, **kwargs)
-        trl_seams.check_instance(self)
+        seams.check_instance(self)
         self.zero_variance_mode = zero_variance_mode
         self.zero_variance_rounds = zero_variance_rounds
         self.phase_listeners: list[PhaseListener] = []

@@ -43,6 +43,10 @@ def check_vllm(mode: str, cuda: bool) -> None:
             "weights over CUDA)",
             path="grpo.vllm_mode",
         )
+    if not cuda:
+        from grpo_cli.libraries import seams
+
+        seams.check_weight_sync()  # vLLM's private names for the weight sync, before the warm-up or any weight loads
 
 
 def check_runtime(recipe: Recipe) -> None:
@@ -62,6 +66,9 @@ def check_runtime(recipe: Recipe) -> None:
         raise UserError("this GPU has no bfloat16; set model.dtype=float16 (or float32)", path="model.dtype")
     check_trackers(recipe.training.report_to)
     _check_context(recipe)
+    from grpo_cli.libraries import seams
+
+    seams.check_trl()  # TRL's private names, before the warm-up or any weight loads
 
 
 def _check_context(recipe: Recipe) -> None:

@@ -26,14 +26,14 @@ def build_trainer(
     from trl import GRPOConfig
 
     from grpo_cli import data, models
+    from grpo_cli.libraries import seams
     from grpo_cli.model_rewards.build import bind_model_rewards
     from grpo_cli.recipe.grpo_config import grpo_config_kwargs
     from grpo_cli.tools.wiring import recipe_tools
-    from grpo_cli.train import trl_seams
     from grpo_cli.train.recipe_trainer import RecipeTrainer
 
     quiet_libraries()
-    trl_seams.check()  # before anything loads: a TRL without a name grpo relies on stops here, named
+    seams.check_trl()  # before anything loads: a TRL without a name grpo relies on stops here, named
     tokenizer = tokenizer or models.load_tokenizer(recipe.model)
     tools, environment_factory = recipe_tools(recipe, tokenizer, warn)
     prepared = data.prepare(recipe.data, tokenizer, seed=recipe.training.seed, tools=tools)
@@ -44,6 +44,7 @@ def build_trainer(
         from grpo_cli.recipe.precision import inference_dtype
         from grpo_cli.train.vllm_cpu import cpu_engine_settings, prepare_environment
 
+        seams.check_weight_sync()  # before any weight loads (preflight comes here without grpo train's runtime check)
         prepare_environment(recipe)  # before TRL builds the engine inside the trainer
         engine_settings = cpu_engine_settings(inference_dtype(recipe, on_cpu=True))
     model = _load_model(recipe, on_cpu, mixed)
@@ -89,7 +90,7 @@ def _load_model(recipe: Recipe, on_cpu: bool, mixed: str):
     from grpo_cli.train.frozen_weights import planned_dtype
 
     if on_cpu:
-        from grpo_cli.train.trl_seams import narrow_head_tiles
+        from grpo_cli.libraries.seams import narrow_head_tiles
 
         narrow_head_tiles()
     return models.load_model(recipe.model, recipe.quantization, planned_dtype(recipe, mixed))

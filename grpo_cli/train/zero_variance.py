@@ -5,16 +5,16 @@ informative groups take the flat groups' places (DAPO's dynamic sampling); what 
 
 The trainer class (recipe_trainer.py) reads the gathered rewards in TRL's private `_calculate_rewards` (so the
 decision uses the same tolerance as preflight) and hands what `_generate_and_score_completions` returns to the
-functions here, which drop or mask rows; TRL's loss is untouched. Both names are checked when the trainer is built
-(trl_seams.py), and the returned keys at every step: a TRL upgrade that moves them fails with the version named, never
-silently."""
+functions here, which drop or mask rows; TRL's loss is untouched. Both names are checked before the trainer is
+built (libraries/seams.py), and the returned keys at every step: a TRL upgrade that moves them fails with the version
+named, never silently."""
 
 from __future__ import annotations
 
 import torch
 
 from grpo_cli.errors import UserError
-from grpo_cli.train.trl_seams import trl_version
+from grpo_cli.libraries.seams import trl_version
 
 # A group whose weighted total reward has a standard deviation at or below this carries no signal. TRL tests exact
 # zero (torch.isclose); rewards such as length penalties differ by amounts that teach nothing.
