@@ -21,8 +21,17 @@ EVERY = 10**6  # more than a split holds: the whole split
 
 
 # A parser per task that reads a question back, and the answer worked out from it independently of the generator.
-READ_BACK = {"parity": (re.compile(r"Is (\d+) an even number\? Answer yes or no\."), lambda n: int(n) % 2 == 0)}
-SPACE = {"parity": 9_999}
+READ_BACK = {
+    "parity": (
+        re.compile(r"Is (\d+) an even number\? Answer yes or no\."),
+        lambda n: "yes" if int(n) % 2 == 0 else "no",
+    ),
+    "products": (
+        re.compile(r"What is (\d{3}) times (\d{3})\?"),  # GSM8K's form: the annotated step, then the product
+        lambda a, b: f"{a} * {b} = <<{a}*{b}={int(a) * int(b)}>>{int(a) * int(b)}\n#### {int(a) * int(b)}",
+    ),
+}
+SPACE = {"parity": 9_999, "products": 900 * 900}
 
 
 def questions(task: str, split: str, seed: int = 0) -> set[str]:
@@ -44,7 +53,7 @@ def test_rows_are_seeded_distinct_and_their_answers_right(task):
     assert len({r["question"] for r in rows}) == 40
     pattern, truth = READ_BACK[task]
     for r in rows + generate_task(source, "test", 40, seed=3):
-        assert r["answer"] == ("yes" if truth(*pattern.fullmatch(r["question"]).groups()) else "no")
+        assert r["answer"] == truth(*pattern.fullmatch(r["question"]).groups())
 
 
 @pytest.mark.parametrize("task", sorted(TASKS))
@@ -54,9 +63,9 @@ def test_the_test_split_shares_no_problem_with_training_at_any_seed(task):
     assert len(train | test) == SPACE[task]  # every problem of the space, in one split only
     assert 0.15 < len(test) / SPACE[task] < 0.25  # a fifth held out
     assert questions(task, "train", seed=5) == train  # the seed orders a split; it never moves a problem across
-    for split, problems in (("train", train), ("test", test)):  # yes as often as no: always `no` scores half
+    for split, problems in (("train", train), ("test", test)) if task == "parity" else ():
         yes = sum(row["answer"] == "yes" for row in generate_task(f"generated:{task}", split, EVERY))
-        assert 0.45 < yes / len(problems) < 0.55, split
+        assert 0.45 < yes / len(problems) < 0.55, split  # yes as often as no: always `no` scores half
     with pytest.raises(UserError, match="splits train and test"):
         generate_task(f"generated:{task}", "validation", 4)
 
