@@ -271,7 +271,7 @@ def test_a_renamed_trl_method_is_one_clear_error_at_start_up(tmp_path, tiny_llam
     recipe = write_recipe(tmp_path, tiny_llama, rewards=REWARDS, training={"max_steps": 1})
     result = CliRunner().invoke(app, ["train", str(recipe)])
     assert result.exit_code == 2, result.output
-    assert "no GRPOTrainer._calculate_rewards, which grpo reads the gathered rewards" in result.output
+    assert "no trl.GRPOTrainer._calculate_rewards, which grpo reads the gathered rewards" in result.output
     assert "pip install 'trl>=1.16,<2'" in result.output and "Traceback" not in result.output
     assert not list((tmp_path / "runs").rglob("checkpoint-*"))
 
