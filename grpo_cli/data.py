@@ -50,12 +50,30 @@ def load_rows(
         ) from None
 
 
-def build_prompt(question: str, system_prompt: str | None, chat: bool) -> Any:
-    """Chat messages for instruct models (TRL applies the chat template), or plain text."""
+def build_prompt(question: Any, system_prompt: str | None, chat: bool) -> Any:
+    """Chat messages for instruct models (TRL applies the chat template), or plain text. A conversation (a row's
+    `messages`) is asked as it is, after the system prompt when it has no system turn of its own."""
     if chat:
-        messages = [{"role": "system", "content": system_prompt}] if system_prompt else []
-        return messages + [{"role": "user", "content": question}]
+        turns = question if isinstance(question, list) else [{"role": "user", "content": question}]
+        own_system = any(turn.get("role") == "system" for turn in turns)
+        return ([{"role": "system", "content": system_prompt}] if system_prompt and not own_system else []) + turns
     return f"{system_prompt}\n\n{question}\n" if system_prompt else f"{question}\n"
+
+
+def split_reference(row: dict[str, Any], data: DataSection) -> dict[str, Any]:
+    """A conversation (a chat row's turns): without arrow's nulls for keys only other turns have; when it ends with
+    the assistant's turn, that turn is the reference answer (unless the row has one in data.answer_column) and is
+    not part of the prompt, since the model is asked to write it."""
+    turns = row.get(data.prompt_column)
+    if not isinstance(turns, list):
+        return row
+    turns = [{k: v for k, v in t.items() if v is not None} if isinstance(t, dict) else t for t in turns]
+    row = {**row, data.prompt_column: turns}
+    if turns and isinstance(turns[-1], dict) and turns[-1].get("role") == "assistant":
+        row[data.prompt_column] = turns[:-1]
+        if data.answer_column and row.get(data.answer_column) is None:
+            row[data.answer_column] = turns[-1].get("content")
+    return row
 
 
 def gold_answer(raw: Any, answer_format: str) -> str:
@@ -106,11 +124,19 @@ class PreparedData:
 def select_rows(data: DataSection, seed: int = 0) -> tuple[list[dict[str, Any]], dict[str, int]]:
     """The rows training uses, before prompts are built: shuffled and limited as the recipe says (rows past
     data.limit stay held out), then `keep_rows`; returns them as plain dicts and the count left out by reason."""
+    from grpo_cli.recipe.checks import column_fix
+
     rows = load_rows(data.source, data.config, data.split, data.limit, seed)
     missing = [c for c in (data.prompt_column, data.answer_column) if c and c not in rows.column_names]
+    if missing == [data.answer_column] and len(rows) and isinstance(rows[0][data.prompt_column], list):
+        missing = []  # conversations: the reference can be each one's closing assistant turn (split_reference)
     if missing:
         key = "data.prompt_column" if data.prompt_column in missing else "data.answer_column"
-        raise UserError(f"column {missing[0]!r} not in {data.source}; it has: {', '.join(rows.column_names)}", path=key)
+        raise UserError(
+            f"column {missing[0]!r} not in {data.source}; it has: {', '.join(rows.column_names)}"
+            + column_fix(missing[0], rows.column_names, key),
+            path=key,
+        )
     if data.shuffle_seed is not None:
         rows = rows.shuffle(seed=data.shuffle_seed)
     if data.limit is not None and len(rows) > data.limit:
@@ -121,7 +147,15 @@ def select_rows(data: DataSection, seed: int = 0) -> tuple[list[dict[str, Any]],
 def keep_rows(rows: list[dict[str, Any]], data: DataSection) -> tuple[list[dict[str, Any]], dict[str, int]]:
     """The one row pipeline behind `prepare` and `plain_prompts`: data.limit, short solutions kept
     (data.max_solution_steps), unusable rows left out and counted by reason (`unusable_reason`)."""
-    rows = rows[: data.limit] if data.limit is not None else rows
+    rows = [split_reference(row, data) for row in (rows[: data.limit] if data.limit is not None else rows)]
+    typed = [row.get(data.answer_column) for row in rows] if data.answer_column else []
+    wrong = next((value for value in typed if isinstance(value, (list, dict))), None)
+    if wrong is not None:  # it would reach the verifier as its Python repr
+        raise UserError(
+            f"`{data.answer_column}` in {data.source} holds {'a list' if isinstance(wrong, list) else 'an object'} "
+            f"({str(wrong)[:60]}) where a reference answer is text or a number: write one answer per row",
+            path="data.answer_column",
+        )
     if data.max_solution_steps is not None:
         if not data.answer_column or data.answer_format != "gsm8k":
             raise UserError(
@@ -142,12 +176,18 @@ def keep_rows(rows: list[dict[str, Any]], data: DataSection) -> tuple[list[dict[
         else:
             kept.append(row)
     if not kept:
-        raise UserError(
-            f"no usable rows in {data.source}: {left_out(unusable)}; each row needs a text question"
-            + (f" and a numeric answer in `{data.answer_column}`" if data.answer_column else ""),
-            path="data.source",
-        )
+        raise UserError(f"no usable rows in {data.source}: {left_out(unusable)}; {_row_fix(data)}", path="data.source")
     return kept, unusable
+
+
+def _row_fix(data: DataSection) -> str:
+    """What each row needs, said for the recipe's answer format."""
+    need = f"each row needs a question in `{data.prompt_column}`"
+    if not data.answer_column:
+        return need
+    if data.answer_format == "gsm8k":
+        return f"{need} and `#### <number>` in `{data.answer_column}` (other answers: data.answer_format: plain)"
+    return f"{need} and its reference answer in `{data.answer_column}` (or set data.answer_column)"
 
 
 def prepare(data: DataSection, tokenizer=None, seed: int = 0, tools: list | None = None) -> PreparedData:
@@ -172,27 +212,30 @@ def prepare(data: DataSection, tokenizer=None, seed: int = 0, tools: list | None
 
 def to_example(row: dict[str, Any], data: DataSection) -> dict[str, Any]:
     """A training example: the prompt as the model is asked, the question as written, the gold answer rewards get."""
-    example = {
-        "prompt": build_prompt(str(row[data.prompt_column]), data.system_prompt, data.chat),
-        "question": str(row[data.prompt_column]),
-    }
+    question = row[data.prompt_column]  # text, or a conversation's turns (unusable_reason checked which)
+    example = {"prompt": build_prompt(question, data.system_prompt, data.chat), "question": question}
     if data.answer_column:
         example["answer"] = gold_answer(row[data.answer_column], data.answer_format)
     return example
 
 
 def left_out(unusable: dict[str, int]) -> str:
-    """`3 `question` is empty or not text; 1 no `answer``: the rows left out, by reason."""
+    """`3 `question` is empty or not text; 1 without a reference answer in `answer``: the rows left out, by reason."""
     return "; ".join(f"{n} {why}" for why, n in unusable.items())
 
 
 def unusable_reason(prompt: Any, answer: Any, data: DataSection) -> str | None:
     """Why a row cannot be used (None: it can): it needs a non-empty text question, and, with an answer column, a
-    numeric GSM8K gold answer or a non-empty plain one."""
-    if not isinstance(prompt, str) or not prompt.strip():
+    numeric GSM8K gold answer or a non-empty plain one. A conversation needs a user turn and chat prompts."""
+    if isinstance(prompt, list) and prompt and all(isinstance(turn, dict) for turn in prompt):
+        if not data.chat:
+            return f"`{data.prompt_column}` is a conversation; it needs data.chat: true"
+        if not any(turn.get("role") == "user" and turn.get("content") for turn in prompt):
+            return f"`{data.prompt_column}` has no user turn"
+    elif not isinstance(prompt, str) or not prompt.strip():
         return f"`{data.prompt_column}` is empty or not text"
     if data.answer_column and (answer is None or not str(answer).strip()):
-        return f"no `{data.answer_column}`"
+        return f"without a reference answer in `{data.answer_column}`"
     if data.answer_column and data.answer_format == "gsm8k" and not has_numeric_gold(str(answer)):
         return f"`{data.answer_column}` has no number after `####`"
     return None
@@ -222,13 +265,13 @@ def plain_prompts(data: DataSection, seed: int = 0) -> list | None:
         if not isinstance(rows, list) or not all(isinstance(row, dict) for row in rows):
             return None
     columns = {key for row in rows for key in row}
-    if data.prompt_column not in columns or (data.answer_column and data.answer_column not in columns):
+    if data.prompt_column not in columns:
         return None
     try:
         kept, _ = keep_rows(rows, data)
     except UserError:  # `prepare` will say why, in its own words
         return None
-    return [build_prompt(str(r[data.prompt_column]), data.system_prompt, data.chat) for r in kept]
+    return [build_prompt(r[data.prompt_column], data.system_prompt, data.chat) for r in kept]
 
 
 def render_prompt(tokenizer, prompt: Any, tools: list | None = None) -> str:

@@ -98,6 +98,12 @@ def test_the_base_models_reward_is_the_weighted_sum_of_its_verifier_means(tmp_pa
     assert verifier_reward(recipe, [None, 0.9]) is None
 
 
+def test_no_warning_for_a_constant_that_earns_more_only_below_the_printed_precision():
+    rare = ConstantPolicies(500, 0.0, [ConstantPolicy("48", "48", 0.002, 0.002)])  # every answer different
+    assert rare.warning is None
+    assert ConstantPolicies(500, 0.0, [ConstantPolicy("48", "48", 0.02, 0.02)]).warning is not None
+
+
 def test_the_advice_carries_the_warning_line():
     from grpo_cli.preflight.advice import advise
     from grpo_cli.preflight.sampling import SampledGroups

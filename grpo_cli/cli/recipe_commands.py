@@ -71,9 +71,21 @@ def train(
 
     with user_errors():
         loaded = load_recipe(recipe, overrides, options=options)
+        _check_references(loaded)
         code = run(loaded, resume, echo=echo, validate=_validation(loaded, echo), own_process=own_process(ctx))
     if code:
         raise typer.Exit(code)
+
+
+def _check_references(recipe) -> None:
+    """Before anything loads: a verifier that passes none of the data's own reference answers is refused (it lives
+    with evaluation's scorers, handed to training here)."""
+    from grpo_cli.eval.references import check_references, training_references
+    from grpo_cli.eval.task import role_of
+
+    verifiers = [index for index, spec in enumerate(recipe.rewards) if role_of(spec) == "verifier"]
+    if verifiers and recipe.data.answer_column:  # else nothing to check, and no data to read yet
+        check_references(recipe, verifiers, training_references(recipe), recipe.data.source)
 
 
 def _validation(recipe, echo):
@@ -188,6 +200,7 @@ def preflight(
     with user_errors(as_json):
         loaded = load_recipe(recipe, overrides, scope="preflight")
         quiet_libraries()
+        _check_references(loaded)
         with PhaseLines(console, "loading the model...") as show:
             result = run_preflight(loaded, steps, prompts, gpu, hours, show=show, own_process=own_process(ctx))
     if as_json:

@@ -23,7 +23,7 @@ GENERATED_TEST_SEED, GENERATED_FEWSHOT_SEED = 7919, 0
 @dataclass(frozen=True)
 class Problem:
     index: int  # position in the split: the identity used for resuming and for pairing base and trained
-    question: str
+    question: Any  # as written: text, or a conversation's turns (a chat row's `messages`, grpo_cli/data.py)
     answer: str  # the full reference text (lm-eval compares against it after its normalisation)
     gold: str  # the number after ####
 

@@ -5,12 +5,14 @@ accuracy (a format learned, answers not): this is the figure that says which hap
 
 from __future__ import annotations
 
+import json
 from dataclasses import replace
 from typing import Any
 
 from grpo_cli.data import build_prompt, gold_answer, select_rows
 from grpo_cli.errors import UserError
 from grpo_cli.eval.problems import GENERATED_TEST_SEED, Problem
+from grpo_cli.eval.references import check_references, problem_references
 from grpo_cli.recipe.schema import Recipe
 
 # What a built-in reward is to evaluation when the recipe does not say (`role:`). Answer checks are verifiers;
@@ -60,6 +62,8 @@ def task_problems(recipe: Recipe, note=None) -> tuple[list[Problem], int, TaskSc
     check_task(recipe)
     problems, unscorable = load_task_problems(recipe)
     scorer = TaskScorer(recipe)  # an unknown reward is refused here
+    verifiers = [index for index, spec in enumerate(recipe.rewards) if role_of(spec) == "verifier"]
+    check_references(recipe, verifiers, problem_references(recipe, problems), task_source(recipe)[0])
     overlap = training_overlap(recipe, problems)
     if overlap and note:
         note(
@@ -91,7 +95,7 @@ def load_task_problems(recipe: Recipe) -> tuple[list[Problem], int]:
         ) from None
     column, answers = held_out.prompt_column, held_out.answer_column
     problems = [
-        Problem(i, str(row[column]), str(row[answers]), gold_answer(row[answers], held_out.answer_format))
+        Problem(i, row[column], str(row[answers]), gold_answer(row[answers], held_out.answer_format))
         for i, row in enumerate(rows)
     ]
     return problems, sum(unusable.values())
@@ -119,8 +123,13 @@ def training_overlap(recipe: Recipe, problems: list[Problem]) -> int:
     """How many evaluated prompts are also training prompts (the same text): an evaluation on them measures
     memory, not the task."""
     rows, _ = select_rows(recipe.data, seed=recipe.training.seed)
-    seen = {row[recipe.data.prompt_column] for row in rows}
-    return sum(p.question in seen for p in problems)
+    seen = {_text(row[recipe.data.prompt_column]) for row in rows}
+    return sum(_text(p.question) in seen for p in problems)
+
+
+def _text(question: Any) -> str:
+    """A question as comparable text: a conversation's turns as JSON."""
+    return question if isinstance(question, str) else json.dumps(question, sort_keys=True)
 
 
 class TaskScorer:

@@ -40,9 +40,10 @@ class ConstantPolicies:
 
     @property
     def warning(self) -> str | None:
-        """One line when a constant answer earns more than the base model; None otherwise."""
+        """One line when a constant answer earns more than the base model, as the line prints them (two decimals: a
+        constant that scores one row in 500 beside a base model that scores none is no shortcut); None otherwise."""
         best = self.best
-        if best is None or self.base_reward is None or best.reward <= self.base_reward:
+        if best is None or self.base_reward is None or round(best.reward, 2) <= round(self.base_reward, 2):
             return None
         marked = "" if best.completion == best.answer else f" (as `{best.completion.replace(chr(10), '')}`)"
         return (

@@ -103,28 +103,46 @@ def _data_source_problems(data: dict[str, Any], key: KeyPath, source: str) -> li
     columns = data.get("data") if isinstance(data.get("data"), dict) else {}
     if key == ("data", "source") or task:
         needed = [columns.get("prompt_column", "question"), columns.get("answer_column", "answer")]
+        problem = data_file_problem(path, [c if isinstance(c, str) else "" for c in needed], answers=True, keys=True)
     else:
-        needed = ["question", "answer"]
-    problem = data_file_problem(path, [c for c in needed if isinstance(c, str)])
-    if problem and "field" in problem and (key == ("data", "source") or task):
-        problem += "; name yours with data.prompt_column / data.answer_column"
+        problem = data_file_problem(path, ["question", "answer"], answers=True)
     return [problem] if problem else []
 
 
-def data_file_problem(path: Path, columns: list[str]) -> str | None:
+# Where a dataset keeps its questions and its reference answers, when it does not call them `question` and `answer`.
+PROMPT_FIELDS = ("question", "prompt", "messages", "problem", "instruction", "input")
+ANSWER_FIELDS = ("answer", "solution", "reference", "target", "label", "output")
+
+
+def column_fix(missing: str, names: list[str], key: str) -> str:
+    """`; set data.prompt_column: prompt` when the data has exactly one field of the kind `key` names, else how to
+    name it: the recipe says which field it reads rather than the tool guessing (one recipe also drives eval)."""
+    known = PROMPT_FIELDS if key == "data.prompt_column" else ANSWER_FIELDS
+    found = [name for name in names if name in known and name != missing]
+    return f"; set {key}: {found[0]}" if len(found) == 1 else f"; name the field that holds it with {key}"
+
+
+def data_file_problem(path: Path, columns: list[str], answers: bool = False, keys: bool = False) -> str | None:
     """Why a local data file cannot feed training or evaluation (empty, not JSON Lines, missing columns), or None.
+    `answers`: the columns are a question's and its reference answer's, which must not be a list or an object;
+    `keys`: they are data.prompt_column and data.answer_column (a conversation's closing assistant turn can stand for
+    the answer, and a missing one is named with its key).
 
     Reads at most the first rows, so a large dataset is checked in milliseconds."""
     import csv
     import json
 
+    conversations: set[str] = set()  # fields that hold lists (a chat row's turns)
     try:
         if path.stat().st_size == 0:
             return f"{path} is empty"
         if path.suffix == ".parquet":
+            import pyarrow as pa
             import pyarrow.parquet as pq
 
-            names = pq.read_schema(path).names
+            schema = pq.read_schema(path)
+            names = schema.names
+            conversations = {f.name for f in schema if pa.types.is_list(f.type) or pa.types.is_large_list(f.type)}
         elif path.suffix == ".csv":
             with open(path, encoding="utf-8", newline="") as handle:
                 names = next(csv.reader(handle), [])
@@ -144,7 +162,16 @@ def data_file_problem(path: Path, columns: list[str]) -> str | None:
                         return f"line {number} of {path} is not JSON (JSON Lines: one object per line)"
                     if not isinstance(row, dict):
                         return f"line {number} of {path} is not a JSON object"
-                    names = list(row) if names is None else names
+                    wrong = row.get(columns[1]) if answers and columns[1] else None
+                    if isinstance(wrong, (list, dict)):
+                        return (
+                            f"line {number} of {path}: `{columns[1]}` is a JSON "
+                            f"{'list' if isinstance(wrong, list) else 'object'} where a reference answer is text or "
+                            "a number; write one answer per row"
+                        )
+                    if names is None:
+                        names = list(row)
+                        conversations = {name for name, value in row.items() if isinstance(value, list)}
                     if number >= 20:
                         break
             if names is None:
@@ -155,9 +182,13 @@ def data_file_problem(path: Path, columns: list[str]) -> str | None:
         return f"cannot read {path}: {exc}"
     except Exception as exc:  # pyarrow's errors for a file that is not parquet
         return f"cannot read {path}: {type(exc).__name__}: {str(exc)[:200]}"
-    missing = [c for c in columns if c not in names]
+    missing = [c for c in columns if c and c not in names]
+    if keys and missing == [columns[1]] and columns[0] in conversations:
+        return None  # each conversation's closing assistant turn is its reference answer (data.split_reference)
     if missing:
-        return f"{path} has no `{missing[0]}` field (it has: {', '.join(map(str, names)) or 'none'})"
+        key = "data.prompt_column" if missing[0] == columns[0] else "data.answer_column"
+        fix = column_fix(missing[0], names, key) if keys else ""
+        return f"{path} has no `{missing[0]}` field (it has: {', '.join(map(str, names)) or 'none'}){fix}"
     return None
 
 

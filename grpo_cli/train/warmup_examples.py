@@ -112,7 +112,7 @@ def reference_examples(data: DataSection, count: int | None, seed: int, tools: l
     rows = rows[:count] if count else rows
     fmt = "`#### <answer>`" if data.answer_marker == "hashes" else "`<answer>` tags"
     source = {"source": REFERENCE, "rows": len(rows), "limit": data.limit, "format": fmt}
-    prompts = [build_prompt(str(row[data.prompt_column]), data.system_prompt, data.chat) for row in rows]
+    prompts = [build_prompt(row[data.prompt_column], data.system_prompt, data.chat) for row in rows]
     answers = [str(row[data.answer_column]) for row in rows]
     if calls_calculator(data, tools):
         return _trace_examples(prompts, answers, data, tools, source)
