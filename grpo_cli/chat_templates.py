@@ -48,3 +48,47 @@ def apply_choice(tokenizer, choice: str | None):
     if choice:
         tokenizer.chat_template = template_text(choice)
     return tokenizer
+
+
+TEXT_TOKENS_KEY = "model.text_tokens"
+
+
+def write_as_text(tokenizer, names: list[str]):
+    """The tokenizer with each named added token written as the ordinary text pieces it spells.
+
+    Why: a model never trained on a template's markers (Qwen2.5-Coder-0.5B-Instruct's `<tool_call>`, whose embedding
+    and output rows are untrained and identical to `</tool_call>`'s) cannot learn to write them through an adapter,
+    but it writes `<`, `tool`, `_call`, `>` like any other text. The chat template and TRL's parser read the same
+    string either way; only the token ids change. Rows of the removed ids stay in the model, unused."""
+    if not names:
+        return tokenizer
+    import json
+
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    if backend is None:
+        raise UserError(
+            f"{type(tokenizer).__name__} is not a fast tokenizer, so its added tokens cannot be written as text; "
+            "remove text_tokens",
+            path=TEXT_TOKENS_KEY,
+        )
+    from tokenizers import Tokenizer
+
+    state = json.loads(backend.to_str())
+    added = [entry["content"] for entry in state.get("added_tokens", [])]
+    unknown = [name for name in names if name not in added]
+    if unknown:
+        plain = [a for a in added if not a.startswith("<|")][:12]
+        raise UserError(
+            f"{', '.join(unknown)} is not an added token of this tokenizer; its added tokens include: "
+            f"{', '.join(plain) or 'none'}",
+            path=TEXT_TOKENS_KEY,
+        )
+    state["added_tokens"] = [entry for entry in state["added_tokens"] if entry["content"] not in names]
+    tokenizer._tokenizer = Tokenizer.from_str(json.dumps(state))
+    return tokenizer
+
+
+def adapt(tokenizer, model):
+    """The tokenizer as the recipe's model section asks: its chat template, and the tokens it writes as text."""
+    apply_choice(tokenizer, model.chat_template)
+    return write_as_text(tokenizer, list(model.text_tokens))

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from grpo_cli.chat_templates import apply_choice
+from grpo_cli.chat_templates import adapt
 from grpo_cli.errors import UserError
 from grpo_cli.gguf import plain_model_dir
 from grpo_cli.recipe.sources import model_location
@@ -37,7 +37,7 @@ def load_tokenizer(model):
         raise UserError(_not_found(source, exc), path="model.tokenizer" if model.tokenizer else "model.name") from None
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
-    return apply_choice(tokenizer, model.chat_template)
+    return adapt(tokenizer, model)
 
 
 def tokenizer_without_weights(model):
@@ -54,13 +54,13 @@ def tokenizer_without_weights(model):
     gguf = Path(location)
     converted = converted_dir(gguf)
     if (converted / "config.json").exists():
-        return apply_choice(AutoTokenizer.from_pretrained(str(converted), padding_side="left"), model.chat_template)
+        return adapt(AutoTokenizer.from_pretrained(str(converted), padding_side="left"), model)
     kept = cache_root() / "tokenizers" / converted.name
     if not kept.is_dir():
         staging = kept.with_name(kept.name + ".partial")
         AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name).save_pretrained(str(staging))
         staging.rename(kept)  # never a half-written tokenizer in the cache
-    return apply_choice(AutoTokenizer.from_pretrained(str(kept), padding_side="left"), model.chat_template)
+    return adapt(AutoTokenizer.from_pretrained(str(kept), padding_side="left"), model)
 
 
 def quantization_config(q, dtype: str):

@@ -194,3 +194,48 @@ def test_the_console_line_and_run_summary_show_the_tool_figures_of_a_tool_run():
     assert "calls" not in out.getvalue().strip().splitlines()[-1]
     Console(file=out, width=200).print(display.summary())
     assert "tools/call_frequency" not in out.getvalue().split("run summary")[-1]  # the last step had no tool keys
+
+
+def _tiny_with_markers(tmp_path, tiny_llama):
+    """The tiny model's folder with `<tool_call>`/`</tool_call>` as added tokens, as Qwen2.5's tokenizer has them."""
+    import shutil
+
+    from transformers import AutoTokenizer
+
+    folder = tmp_path / "with-markers"
+    shutil.copytree(tiny_llama, folder)
+    tokenizer = AutoTokenizer.from_pretrained(str(folder))
+    tokenizer.add_tokens(["<tool_call>", "</tool_call>"])
+    tokenizer.save_pretrained(str(folder))
+    return folder, tokenizer.convert_tokens_to_ids(["<tool_call>", "</tool_call>"])
+
+
+def test_text_tokens_write_the_markers_as_ordinary_pieces_and_trl_still_parses_the_call(tmp_path, tiny_llama):
+    from grpo_cli.models import load_tokenizer
+    from grpo_cli.recipe.schema import ModelSection
+    from grpo_cli.tools.template import check_tool_template
+
+    folder, marker_ids = _tiny_with_markers(tmp_path, tiny_llama)
+    call = '<tool_call>\n{"name": "calculator", "arguments": {"expression": "1+1"}}\n</tool_call>'
+    atomic = load_tokenizer(ModelSection(name=str(folder), chat_template="qwen2_5"))
+    assert set(marker_ids) <= set(atomic.encode(call, add_special_tokens=False))
+
+    section = ModelSection(name=str(folder), chat_template="qwen2_5", text_tokens=["<tool_call>", "</tool_call>"])
+    tokenizer = load_tokenizer(section)
+    ids = tokenizer.encode(call, add_special_tokens=False)
+    assert not set(marker_ids) & set(ids)
+    assert len(ids) > len(atomic.encode(call, add_special_tokens=False))
+    assert tokenizer.decode(ids) == call
+    check_tool_template(tokenizer, str(folder))  # the template renders and TRL's parser reads the call back
+
+
+def test_a_text_token_the_tokenizer_lacks_is_one_line_naming_the_key(tmp_path, tiny_llama):
+    from grpo_cli.errors import UserError
+    from grpo_cli.models import load_tokenizer
+    from grpo_cli.recipe.schema import ModelSection
+
+    folder, _ = _tiny_with_markers(tmp_path, tiny_llama)
+    with pytest.raises(UserError) as caught:
+        load_tokenizer(ModelSection(name=str(folder), text_tokens=["<tool_cal>"]))
+    assert caught.value.problems[0].path == "model.text_tokens"
+    assert "<tool_cal>" in str(caught.value) and "<tool_call>" in str(caught.value)

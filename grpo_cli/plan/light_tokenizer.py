@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from grpo_cli.chat_templates import apply_choice
+from grpo_cli.chat_templates import adapt
 from grpo_cli.errors import UserError
 from grpo_cli.recipe.sources import model_location
 
@@ -44,7 +44,7 @@ def light_tokenizer(recipe):
             tokenizer = getattr(transformers, name).from_pretrained(str(folder))
         except Exception:  # a class gone or an unreadable folder (any library error): the full tokenizer decides
             return None
-        return apply_choice(tokenizer, recipe.model.chat_template)
+        return adapt(tokenizer, recipe.model)
     return None
 
 
