@@ -85,12 +85,7 @@ class ModelSection(Section):
         min_length=1,
         description="Instead of the tokenizer's: a template TRL ships (qwen2_5) or a .jinja file.",
     )
-    text_tokens: list[Annotated[str, Field(min_length=1, max_length=64)]] = Field(
-        default_factory=list,
-        max_length=32,
-        description="Added tokens to write as ordinary text pieces: markers whose rows this model never trained "
-        "(Qwen2.5-Coder's <tool_call>); docs/tools.md.",
-    )
+    text_tokens: list[str] = Field([], max_length=32, description="Added tokens written as plain text (docs/tools.md).")
     architecture: ArchitectureSection | None = Field(
         None,
         description="Shape for `grpo plan` when neither a config.json, a .gguf header nor the built-in table has it.",
