@@ -6,6 +6,7 @@ template and reads the calls back with its Qwen2.5 parser (docs/tools.md)."""
 from __future__ import annotations
 
 import importlib.util
+import json
 from pathlib import Path
 
 from grpo_cli.errors import UserError
@@ -62,8 +63,6 @@ def write_as_text(tokenizer, names: list[str]):
     string either way; only the token ids change. Rows of the removed ids stay in the model, unused."""
     if not names:
         return tokenizer
-    import json
-
     backend = getattr(tokenizer, "backend_tokenizer", None)
     if backend is None:
         raise UserError(
@@ -84,6 +83,7 @@ def write_as_text(tokenizer, names: list[str]):
             path=TEXT_TOKENS_KEY,
         )
     state["added_tokens"] = [entry for entry in state["added_tokens"] if entry["content"] not in names]
+    # The fast tokenizer's backend is swapped in place, so the class, template and special tokens stay as loaded.
     tokenizer._tokenizer = Tokenizer.from_str(json.dumps(state))
     return tokenizer
 
@@ -91,4 +91,4 @@ def write_as_text(tokenizer, names: list[str]):
 def adapt(tokenizer, model):
     """The tokenizer as the recipe's model section asks: its chat template, and the tokens it writes as text."""
     apply_choice(tokenizer, model.chat_template)
-    return write_as_text(tokenizer, list(model.text_tokens))
+    return write_as_text(tokenizer, model.text_tokens)
