@@ -83,6 +83,28 @@ ARCHS = {
         vocab_size=128256,
         tie_word_embeddings=True,
     ),
+    "qwen2.5-3b": dict(
+        model_type="qwen2",
+        hidden_size=2048,
+        num_hidden_layers=36,
+        num_attention_heads=16,
+        num_key_value_heads=2,
+        head_dim=128,
+        intermediate_size=11008,
+        vocab_size=151936,
+        tie_word_embeddings=True,
+    ),
+    "llama-3.2-3b": dict(
+        model_type="llama",
+        hidden_size=3072,
+        num_hidden_layers=28,
+        num_attention_heads=24,
+        num_key_value_heads=8,
+        head_dim=128,
+        intermediate_size=8192,
+        vocab_size=128256,
+        tie_word_embeddings=True,
+    ),
     # For `--matrix tiny` (the GPU harness's `--cpu` check): seconds per configuration.
     "tiny-llama": dict(
         model_type="llama",
@@ -163,6 +185,23 @@ CUDA_MATRIX = {
     "qwen0.5b-lora-gc-g16-c256": config("qwen2.5-0.5b", "lora", gc=True, g=16, c=256),
     "qwen1.5b-qlora-gc-g8-c512": config("qwen2.5-1.5b", "qlora", gc=True, g=8, c=512),
 }
+# The third GPU call's rows (issue 71): where users run and where the plan was worst: LoRA and QLoRA with and
+# without checkpointing, completions of 1024 and 2048 tokens, 16 generations, Qwen2.5-3B and Llama-3.2-3B shapes,
+# beta 0 and 0.04. None of them was used to fit a term before the call.
+CUDA_MATRIX_3 = {
+    "qwen3b-lora-gc-g8-c1024": config("qwen2.5-3b", "lora", gc=True, g=8, c=1024),
+    "qwen3b-qlora-gc-g8-c1024-beta": config("qwen2.5-3b", "qlora", gc=True, g=8, c=1024, beta=0.04),
+    "qwen3b-lora-g4-c256-beta": config("qwen2.5-3b", "lora", g=4, c=256, beta=0.04),
+    "llama3b-lora-gc-g16-c1024-beta": config("llama-3.2-3b", "lora", gc=True, g=16, c=1024, beta=0.04),
+    "llama3b-qlora-gc-g8-c1024": config("llama-3.2-3b", "qlora", gc=True, g=8, c=1024),
+    "qwen1.5b-lora-gc-g16-c2048-beta": config("qwen2.5-1.5b", "lora", gc=True, g=16, c=2048, beta=0.04),
+    "qwen1.5b-qlora-g4-c512": config("qwen2.5-1.5b", "qlora", g=4, c=512),
+    "qwen0.5b-lora-g4-c2048": config("qwen2.5-0.5b", "lora", g=4, c=2048),
+    "qwen0.5b-qlora-g8-c1024-beta": config("qwen2.5-0.5b", "qlora", g=8, c=1024, beta=0.04),
+    "qwen0.5b-lora-gc-g16-c1024": config("qwen2.5-0.5b", "lora", gc=True, g=16, c=1024),
+    "llama1b-qlora-gc-g16-c1024-beta": config("llama-3.2-1b", "qlora", gc=True, g=16, c=1024, beta=0.04),
+    "llama1b-lora-g4-c1024": config("llama-3.2-1b", "lora", g=4, c=1024),
+}
 TINY_QUANT = {  # float32: CPUs without AVX512-BF16 emulate bfloat16, several times slower
     "tiny-llama-qlora-adam8": config("tiny-llama", "qlora", g=4, c=16, optim="adamw_8bit", dtype="float32"),
 }
@@ -178,7 +217,7 @@ CPU32_MATRIX = {
     for name, cfg in CPU_MATRIX.items()
     if cfg["method"] != "qlora" and cfg["optim"] == "adamw_torch"
 }
-MATRICES = {"cpu": CPU_MATRIX, "cpu32": CPU32_MATRIX, "cuda": CUDA_MATRIX, "tiny": TINY_MATRIX}
+MATRICES = {"cpu": CPU_MATRIX, "cpu32": CPU32_MATRIX, "cuda": CUDA_MATRIX, "cuda3": CUDA_MATRIX_3, "tiny": TINY_MATRIX}
 
 
 def recipe_dict(model_dir: Path, cfg: dict) -> dict:
@@ -241,6 +280,23 @@ def build_model_to_measure(directory: Path, arch: str) -> None:
         build_random_model(directory, ARCHS[arch])
 
 
+def shared_model(arch: str) -> Path | None:
+    """With GRPO_BENCH_MODELS set, one saved model per shape for every configuration of it (the GPU harness runs a
+    dozen at once: a 3B model is 6 GB of disk each time), built by the first process that needs it."""
+    import fcntl
+
+    root = os.environ.get("GRPO_BENCH_MODELS")
+    if not root:
+        return None
+    directory = Path(root) / arch
+    directory.parent.mkdir(parents=True, exist_ok=True)
+    with open(Path(root) / f"{arch}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # the others wait for the build, then find config.json
+        if not (directory / "config.json").exists():
+            build_model_to_measure(directory, arch)
+    return directory
+
+
 def measure_one(name: str, cfg: dict) -> dict:
     """Runs inside a fresh process: build, plan, measure (CUDA: the allocator's reserved peak too)."""
     import torch
@@ -251,8 +307,9 @@ def measure_one(name: str, cfg: dict) -> dict:
     from grpo_cli.recipe.schema import Recipe
 
     with tempfile.TemporaryDirectory() as tmp:
-        model_dir = Path(tmp) / "model"
-        build_model_to_measure(model_dir, cfg["arch"])
+        model_dir = shared_model(cfg["arch"]) or Path(tmp) / "model"
+        if not (model_dir / "config.json").exists():
+            build_model_to_measure(model_dir, cfg["arch"])
         recipe = Recipe.model_validate(recipe_dict(model_dir, cfg))
         phases: dict = {}
         measured, ran = measure_peak(recipe, phases)

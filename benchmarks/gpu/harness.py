@@ -69,6 +69,8 @@ class Harness:
             "PYTHONUNBUFFERED": "1",
             # On a shared CPU, OpenMP threads spinning against each other swamp tiny models' timings.
             **({"OMP_NUM_THREADS": "1"} if args.cpu else {}),
+            # one saved random model per shape, shared by the configurations of that shape (memory.shared_model)
+            "GRPO_BENCH_MODELS": str(self.work / "models"),
         }
         # The CPU's tiny model keeps Qwen2.5's vocabulary, so the big-vocabulary/small-tokenizer pairing of the GPU
         # run is exercised here first.
@@ -145,7 +147,7 @@ class Harness:
 
     def matrices(self) -> tuple[dict, dict]:
         quant = memory.TINY_QUANT if self.args.cpu else memory.CUDA_QUANT
-        matrix = memory.TINY_MATRIX if self.args.cpu else memory.CUDA_MATRIX
+        matrix = memory.TINY_MATRIX if self.args.cpu else memory.MATRICES[self.args.matrix]
         return quant, {name: cfg for name, cfg in matrix.items() if name not in quant}
 
     def calibrate(self, matrix: dict) -> dict:
@@ -566,6 +568,9 @@ def main() -> None:
     )
     parser.add_argument("--cpu", action="store_true", help="Tiny models on the CPU: checks the harness itself.")
     parser.add_argument("--parts", default=",".join(PARTS))
+    parser.add_argument(
+        "--matrix", default="cuda", choices=("cuda", "cuda3"), help="The calibration part's configurations (memory.py)."
+    )
     parser.add_argument("--jobs", type=int, default=None, help="Calibration processes at a time (GPU 6, CPU 1).")
     parser.add_argument("--steps", type=int, default=None, help="Steps of each timed run (GPU 4, CPU 3).")
     parser.add_argument("--train-steps", type=int, default=None, help="Steps of the train_eval run (GPU 20, CPU 2).")
