@@ -166,3 +166,18 @@ def test_zero_without_deepspeed_is_one_clear_line(tmp_path, tiny_llama):
     )
     assert done.returncode == 2 and "distributed.strategy" in done.stderr and "pip install deepspeed" in done.stderr
     assert "Traceback" not in done.stderr and not (tmp_path / "run").exists()
+
+
+def test_fsdp_on_a_cpu_is_refused_by_validate_and_train_before_any_rank_starts(tmp_path, tiny_llama):
+    """On a CPU accelerate would run DDP under the name FSDP (docs/multi-gpu.md): one line instead."""
+    if torch.cuda.is_available():
+        pytest.skip("FSDP runs on a GPU")
+    recipe = write_recipe(tmp_path, tiny_llama)
+    for command in (
+        ["validate", str(recipe), "distributed.num_processes=2", "distributed.strategy=fsdp"],
+        ["train", str(recipe), "--num-processes", "2", "--strategy", "fsdp"],
+    ):
+        done = subprocess.run([sys.executable, "-m", "grpo_cli", *command], capture_output=True, text=True, timeout=300)
+        assert done.returncode == 2, (command, done.stderr[-2000:])
+        assert "distributed.strategy: FSDP does not run on a CPU" in done.stderr and "strategy=ddp" in done.stderr
+        assert "Traceback" not in done.stderr and not (tmp_path / "run").exists()

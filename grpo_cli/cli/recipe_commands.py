@@ -19,9 +19,11 @@ def validate(recipe: RecipeArg, overrides: OverridesArg = None) -> None:
 
     from grpo_cli.recipe.reward_model_checks import unchecked_line
     from grpo_cli.recipe.validation import load_recipe
+    from grpo_cli.train.distributed import check_strategy_here
 
     with user_errors():
         loaded = load_recipe(recipe, overrides)
+        check_strategy_here(loaded)  # what this machine would silently replace (FSDP on a CPU)
     typer.echo(yaml.safe_dump(loaded.model_dump(mode="json"), sort_keys=False, allow_unicode=True), nl=False)
     typer.echo(
         f"# OK: {recipe} ({loaded.method}, generation batch {loaded.generation_batch_size} completions = "

@@ -50,6 +50,30 @@ def check_engine(recipe: Recipe) -> None:
         )
 
 
+# What FSDP does on a CPU, seen on two gloo ranks (docs/multi-gpu.md, benchmarks/distributed_cpu/): with
+# use_cpu=True accelerate wraps the model in DDP whatever the config says; without it transformers refuses bf16
+# ("Your setup doesn't support bf16/gpu. You need to assign use_cpu if you want to train the model on CPU."), and in
+# float32 the second rank's first batch is empty (IndexError in TRL's shuffle_sequence_dict). DeepSpeed's ZeRO-2 and
+# ZeRO-3 run there (its CPU accelerator).
+FSDP_ON_CPU = (
+    "FSDP does not run on a CPU: accelerate wraps the model in DDP instead (docs/multi-gpu.md); use "
+    "distributed.strategy=ddp, or zero2/zero3 with DeepSpeed installed"
+)
+
+
+def check_strategy_here(recipe: Recipe) -> None:
+    """Refuse a strategy this machine would silently replace, before any rank starts."""
+    from grpo_cli.errors import UserError
+
+    d = recipe.distributed
+    if recipe.num_processes < 2 or d.accelerate_config is not None or d.strategy != "fsdp":
+        return
+    import torch
+
+    if not torch.cuda.is_available():
+        raise UserError(FSDP_ON_CPU, path="distributed.strategy")
+
+
 # TRL ships one accelerate config per strategy (trl/accelerate_configs/, the files its docs launch with).
 TRL_CONFIGS = {"ddp": "multi_gpu", "fsdp": "fsdp2", "zero2": "zero2", "zero3": "zero3"}
 
@@ -123,6 +147,7 @@ def launch(recipe: Recipe, resume: bool, echo=print) -> int:
     from grpo_cli.train.runtime import check_runtime
 
     check_runtime(recipe)
+    check_strategy_here(recipe)
     check_engine(recipe)
     prepare_run_dir(recipe, resume)
     config = write_accelerate_config(recipe, recipe.output_dir, on_cpu=not torch.cuda.is_available())
