@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 
 from grpo_cli.plan import architectures
-from grpo_cli.plan.memory import GIB, cuda_layer_activations, memory_plan
+from grpo_cli.plan.kept_inputs import cuda_layer_activations
+from grpo_cli.plan.memory import GIB, memory_plan
 from grpo_cli.plan.view import CUDA_UNDER_ESTIMATE
 from grpo_cli.recipe.schema import Recipe
 

@@ -8,7 +8,7 @@ generation (one token per sequence) and in training, says which of them costs th
 again for each new sequence length or batch size.
 
     python3 benchmarks/gpu/kernel_costs.py --out $OUT           # on a GPU machine (about a minute)
-    python benchmarks/gpu/kernel_costs.py --cpu --out /tmp/k    # here: the torch paths at small sizes (a rehearsal)
+    python benchmarks/gpu/kernel_costs.py --cpu --out DIR    # here: the torch paths at small sizes (a rehearsal)
 """
 
 from __future__ import annotations

@@ -21,6 +21,7 @@ from grpo_cli.libraries.seams import CPU_HEAD_TILE
 from grpo_cli.plan import static_memory
 from grpo_cli.plan.architectures import Architecture
 from grpo_cli.plan.backward_transients import layer_backward_transients
+from grpo_cli.plan.kept_inputs import cuda_layer_activations, kept_linear_inputs
 from grpo_cli.plan.reward_models import reward_model_terms
 from grpo_cli.plan.sharding import Term, per_process
 from grpo_cli.plan.static_memory import bytes_per_trainable, mixed_precision_on, static_terms, trainable_params
@@ -53,16 +54,6 @@ ACT_HIDDEN = 5.5
 ACT_FFN = 2.0
 ACT_KV = 1.0
 ACT_HIDDEN_FP32 = 2.0
-
-
-def cuda_layer_activations(arch: Architecture, w: int) -> float:
-    """What one decoder layer keeps per token for its backward on CUDA, block by block, from the allocator trace of a
-    LoRA step on an H100 (benchmarks/gpu/h100-2026-11-26-owners/owners-qwen0.5b-lora-g16-c512.txt: 40.7 KB per
-    token and layer, the CPU fit's constants give 36.7): gate_proj's and up_proj's outputs and silu(gate) (3 f),
-    the rotated queries and keys and the attention's output (2 q + kv), the values and the keys before rotation
-    (2 kv), RMSNorm's two float32 copies (2 h x 4 B) and the attention's float32 log-sum-exp (one per head)."""
-    elements = 3 * arch.intermediate_size + 2 * arch.q_dim + 3 * arch.kv_dim
-    return elements * w + ACT_HIDDEN_FP32 * arch.hidden_size * 4 + arch.num_heads * 4
 
 
 # What nvidia-smi shows beyond torch's live tensors: the CUDA context and the caching allocator's slack, as measured
@@ -249,22 +240,7 @@ def _training_terms(recipe: Recipe, arch: Architecture, device: str, w: int, B: 
         per_token_layer = cuda_layer_activations(arch, w)
     else:
         per_token_layer = (ACT_HIDDEN * h + ACT_FFN * f + ACT_KV * arch.kv_dim) * w + ACT_HIDDEN_FP32 * h * 4
-    if lora is not None:
-        # PEFT casts each adapted Linear's input to the adapter dtype (float32 on a bf16 base); lora_A keeps that
-        # copy (with dropout > 0 the dropped-out one too; under autocast the copy is 2 B). With no cast at all
-        # (float32, no autocast) it keeps the input itself, one per distinct input (benchmarks/lora_saved_tensors.txt).
-        copies = (1 if param_bytes != w else 0) + (1 if lora.dropout > 0 else 0)
-        per_token_layer += copies * arch.linear_inputs(lora.target_modules) * (2 if mixed != "no" else param_bytes)
-        per_token_layer += arch.distinct_linear_inputs * w if (mixed == "no" and param_bytes == w) else 0
-        if recipe.quantization is not None and mixed != "no":
-            # PEFT's 4-bit LoRA layer skips that cast under autocast (peft/tuners/lora/bnb.py), so lora_A keeps the
-            # layer's input itself, one per distinct input: QLoRA without checkpointing was 28-31% under without
-            # it (benchmarks/gpu/h200-2026-12-04/).
-            per_token_layer += arch.distinct_linear_inputs * w
-    else:
-        # A trainable Linear keeps its input for its weight gradient, a frozen one does not (the allocator trace of
-        # an H100 full fine-tuning step, benchmarks/gpu/h100-2026-11-26-owners/); under autocast the copy is 2 B.
-        per_token_layer += arch.distinct_linear_inputs * (2 if mixed != "no" else w)
+    per_token_layer += kept_linear_inputs(recipe, arch, w, param_bytes, mixed)
     if recipe.model.gradient_checkpointing:
         activations = T * L * h * w
         act_formula = f"T {T} tokens x L {L} x h {h} x {w} B layer-input checkpoints"

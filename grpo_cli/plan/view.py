@@ -14,10 +14,9 @@ from grpo_cli.plan.solve import Solution, Trial
 from grpo_cli.recipe.validation import is_schema_field
 from grpo_cli.recipe.yaml_source import format_override
 
-# The largest under-estimate of torch's peak by today's plan over the lent GPUs' 24 rows (benchmarks/gpu/replan.txt:
-# -6.4%), rounded up: a GPU fit with less spare than this is called close. nvidia-smi's figure can sit far higher
-# (up to 48% over the plan's on one row), but that is the allocator's cache of freed blocks, which torch empties and
-# retries before it raises out-of-memory, so it does not set what fits.
+# The plan's worst under-estimate of torch's peak over the lent GPUs' rows (-6.4%, benchmarks/gpu/replan.txt), rounded
+# up: less spare than this is "close". nvidia-smi can show far more (48% on one row): the allocator's cache of freed
+# blocks, which torch empties and retries before it raises out-of-memory, so it does not decide what fits.
 CUDA_UNDER_ESTIMATE = 0.07
 CLOSE_NOTE = (
     f"on lent GPUs this plan was up to {CUDA_UNDER_ESTIMATE:.0%} under torch's real peak (docs/plan.md); "
