@@ -91,12 +91,18 @@ def test_reference_warmup_then_grpo_trains_the_same_adapter_from_where_it_ended(
 
 
 @pytest.mark.slow  # real SFT and GRPO steps
-def test_full_finetune_warmup_is_grpo_start_and_kl_reference(tmp_path, tiny_llama):
+def test_full_finetune_warmup_is_grpo_start_and_kl_reference(tmp_path, tiny_llama, monkeypatch):
+    seen = watch_first_step(monkeypatch)
     recipe = load_recipe(recipe_file(tmp_path, tiny_llama, lora=None, grpo={"beta": 0.1, "num_generations": 2}))
     result = run_module.train(recipe)
     warmed = load_file(result.run_dir / "warmup" / "final" / "model.safetensors")
     base = load_file(tiny_llama / "model.safetensors")
     assert any(not torch.equal(warmed[k], base[k]) for k in base), "the warm-up changed the model"
+    # GRPO's first step starts from exactly the saved warm-up weights (not from the base it loaded)
+    common = [k for k in warmed if k in (seen.weights or {})]
+    assert len(common) == len(warmed) - ("lm_head.weight" not in seen.weights and "lm_head.weight" in warmed)
+    for name in common:
+        assert torch.equal(seen.weights[name], warmed[name]), name
     kl = [m["kl"] for m in read_jsonl(result.run_dir / "metrics.jsonl")]
     # step 1 scores before any GRPO update: zero KL means the reference is the warmed-up model GRPO starts from
     assert abs(kl[0]) < 1e-6 and max(kl[1:]) > 1e-6, kl

@@ -132,7 +132,8 @@ def same_model(recorded: str | None, name: str) -> bool:
         location = model_location(name)
     except UserError:  # a pkg: model whose package is missing: the model check says so
         return True
-    if recorded in (name, location) or _resolved(recorded) in (_resolved(name), _resolved(location)):
+    here = _resolved(recorded)  # None where no such folder exists here: then only the names can agree
+    if recorded in (name, location) or (here is not None and here in (_resolved(name), _resolved(location))):
         return True
     theirs, ours = _stem(recorded), _stem(location)
     # grpo_cli/gguf.py caches a .gguf file's plain copy as <stem>-<size>-<mtime>

@@ -67,6 +67,8 @@ def train(
     console = console or Console(stderr=True, quiet=process_rank() != 0)
     check_runtime(recipe)
     early = early_examples(recipe, resume)  # a bad warm-up source is refused before anything is written
+    if early is not None and validate is not None and recipe.validation is not None:
+        _warn_warmup_asks_validation(early, validate, console)
     checkpoint = _start(recipe, resume, console)
     # soft_wrap: each warning stays one line in a log file (the terminal still wraps it for the eye).
     warn = partial(console.print, style="yellow", highlight=False, soft_wrap=True)
@@ -137,6 +139,24 @@ def _watch(trainer, recipe: Recipe, console: Console, rows: int, recorder, check
     callbacks.insert(0, callbacks.pop(callbacks.index(metrics)))
     phases.install(trainer)
     return display, metrics
+
+
+def _warn_warmup_asks_validation(examples, validate: Validate, console: Console) -> None:
+    """Validation while training measures memory on problems the warm-up taught (GRPO's own overlap is warned of
+    where the validation is built)."""
+    from grpo_cli.train.warmup_examples import validation_questions_in
+
+    problems = getattr(validate, "problems", [])
+    asked = validation_questions_in(examples, [p.question for p in problems])
+    if asked:
+        console.print(
+            f"warning: {asked} of the {len(examples.rows)} warm-up examples ask one of the {len(problems)} "
+            "validation problems, so validation while training measures memory there; keep those rows out of "
+            "warmup.source",
+            style="yellow",
+            highlight=False,
+            soft_wrap=True,
+        )
 
 
 def _validate_while_training(trainer, recipe: Recipe, validate: Validate, display, metrics, interrupt) -> None:

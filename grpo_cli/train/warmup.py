@@ -25,10 +25,9 @@ from grpo_cli.runs.layout import (
     WARMUP_EXAMPLES_FILE,
     WARMUP_SOURCE_FILE,
 )
-from grpo_cli.train.warmup_examples import WarmupExamples, training_examples
+from grpo_cli.train.warmup_examples import WarmupExamples, checked_examples, read_examples, training_examples
 
-# What decides which examples the warm-up trains on: examples kept from an earlier attempt are reused only while
-# these are unchanged.
+# What decides the warm-up's examples: those of an earlier attempt are reused only while these are unchanged.
 EXAMPLE_KEYS = ("source", "config", "split", "count", "samples_per_prompt", "reward", "min_reward")
 
 
@@ -82,6 +81,9 @@ def run_warmup(recipe: Recipe, console: Console, resume: bool, early: WarmupExam
     setup = warmup_setup(recipe)
     examples = _examples(recipe, folder, checkpoint, early, lambda: _sample(recipe, setup, console))
     console.print(f"warm-up: {examples.describe()} -> {folder}", highlight=False, soft_wrap=True)
+    examples, notes = checked_examples(recipe, examples, setup.tokenizer)
+    for note in notes:
+        console.print(note, style="yellow", highlight=False, soft_wrap=True)
     for line in skipped + ([f"warm-up: resuming from {checkpoint.name}"] if checkpoint else []):
         console.print(line, highlight=False)
     interrupted = _train(recipe, folder, setup, examples, checkpoint, console)
@@ -171,7 +173,7 @@ def _examples(recipe: Recipe, folder: Path, checkpoint, early, sample) -> Warmup
     kept = folder / WARMUP_EXAMPLES_FILE
     recorded = _read_json(folder / WARMUP_SOURCE_FILE)
     if kept.is_file() and recorded.get("settings") == settings:
-        rows = [json.loads(line) for line in kept.read_text(encoding="utf-8").splitlines() if line.strip()]
+        rows = read_examples(kept)
         return WarmupExamples(rows, {k: v for k, v in recorded.items() if k != "settings"})
     if checkpoint is not None:
         raise UserError(

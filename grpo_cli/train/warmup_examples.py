@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from grpo_cli.errors import UserError
@@ -41,7 +42,10 @@ class WarmupExamples:
             return (
                 f"{len(self.rows)} examples: training rows with their reference solutions ({s['format']}){calls}{held}"
             )
-        return f"{len(self.rows)} examples from {s.get('source')}"
+        dropped = (
+            f" ({s['unusable']} of its {s['rows']} rows without {s['needs']}, dropped)" if s.get("unusable") else ""
+        )
+        return f"{len(self.rows)} examples from {s.get('source')}{dropped}"
 
 
 def training_examples(recipe: Recipe) -> WarmupExamples | None:
@@ -74,11 +78,12 @@ def dataset_examples(warm: WarmupSection) -> WarmupExamples:
             path=KEY,
         )
     usable = [p for p in pairs if p is not None]
+    what = "an assistant turn after a user turn" if "messages" in columns else "a non-empty prompt and completion"
     if not usable:
-        what = "an assistant turn after a user turn" if "messages" in columns else "a non-empty prompt and completion"
         raise UserError(f"no usable example in {warm.source}: each row needs {what}", path=KEY)
+    unusable = len(pairs) - len(usable)
     usable = usable[: warm.count] if warm.count else usable
-    return WarmupExamples(usable, {"source": warm.source, "rows": len(rows), "unusable": len(pairs) - len(usable)})
+    return WarmupExamples(usable, {"source": warm.source, "rows": len(rows), "unusable": unusable, "needs": what})
 
 
 def _split_conversation(messages: Any) -> dict[str, Any] | None:
@@ -97,9 +102,20 @@ def _split_conversation(messages: Any) -> dict[str, Any] | None:
 def _pair(prompt: Any, completion: Any) -> dict[str, Any] | None:
     if isinstance(prompt, str) and isinstance(completion, str) and prompt.strip() and completion.strip():
         return {"prompt": prompt, "completion": completion}
-    if isinstance(prompt, list) and isinstance(completion, list) and prompt and completion:
+    if _messages(prompt) and _messages(completion):
         return {"prompt": prompt, "completion": completion}
     return None
+
+
+def _messages(turns: Any) -> bool:
+    """A non-empty list of chat messages, each with a role and text content (a list of numbers is not a prompt)."""
+    return (
+        isinstance(turns, list)
+        and bool(turns)
+        and all(
+            isinstance(m, dict) and isinstance(m.get("role"), str) and isinstance(m.get("content"), str) for m in turns
+        )
+    )
 
 
 def reference_examples(data: DataSection, count: int | None, seed: int, tools: list[ToolSpec] = ()) -> WarmupExamples:
@@ -196,3 +212,77 @@ def with_marker(text: str, gold: str, data: DataSection) -> str:
 
 def as_completion(text: str, chat: bool) -> Any:
     return [{"role": "assistant", "content": text}] if chat else text
+
+
+def read_examples(path: Path) -> list[dict]:
+    """The examples an earlier attempt wrote; a cut or edited file is one line naming it, not a traceback."""
+    rows = []
+    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except ValueError:
+            row = None
+        if not isinstance(row, dict) or "prompt" not in row or "completion" not in row:
+            raise UserError(
+                f"{path} line {number} is cut or is not an example (an interrupted write?): delete {path.parent} to "
+                "build the warm-up again, or train into another output_dir",
+                path="warmup",
+            )
+        rows.append(row)
+    return rows
+
+
+def checked_examples(recipe: Recipe, examples: WarmupExamples, tokenizer) -> tuple[WarmupExamples, list[str]]:
+    """The examples the warm-up can learn from, and what the console should say about them."""
+    examples, cut = fit_max_length(recipe.warmup.max_length, examples, tokenizer)
+    return examples, [cut] if cut else []
+
+
+def validation_questions_in(examples: WarmupExamples, questions: list[Any]) -> int:
+    """How many examples' prompts hold a validation question's text (a chat prompt: its user turns)."""
+    texts = [q.strip() for q in questions if isinstance(q, str) and q.strip()]
+    count = 0
+    for row in examples.rows:
+        prompt = row["prompt"]
+        if isinstance(prompt, list):
+            prompt = "\n".join(str(m.get("content", "")) for m in prompt if m.get("role") == "user")
+        count += any(text in prompt for text in texts)
+    return count
+
+
+def fit_max_length(limit: int | None, examples: WarmupExamples, tokenizer) -> tuple[WarmupExamples, str | None]:
+    """Drop the examples whose prompt alone fills warmup.max_length (truncation would leave no completion token
+    to learn from; TRL fails when it leaves none at all); refuse when that is every one."""
+    if limit is None:
+        return examples, None
+    lengths = [_prompt_tokens(tokenizer, row) for row in examples.rows]
+    if any(n is None for n in lengths):
+        return examples, None  # a template this count cannot render: TRL's own truncation decides
+    kept = [row for row, n in zip(examples.rows, lengths) if n < limit]
+    if not kept:
+        raise UserError(
+            f"every warm-up prompt is at least warmup.max_length={limit} tokens (the shortest is {min(lengths)}), "
+            f"so no completion token would be trained on; set warmup.max_length above {max(lengths)}",
+            path="warmup.max_length",
+        )
+    if len(kept) == len(examples.rows):
+        return examples, None
+    note = (
+        f"warm-up: {len(examples.rows) - len(kept)} of {len(examples.rows)} examples dropped: their prompt alone "
+        f"fills warmup.max_length={limit} tokens (the longest is {max(lengths)})"
+    )
+    return WarmupExamples(kept, {**examples.source, "cut_by_max_length": len(examples.rows) - len(kept)}), note
+
+
+def _prompt_tokens(tokenizer, row: dict) -> int | None:
+    prompt = row["prompt"]
+    try:
+        if isinstance(prompt, str):
+            return len(tokenizer(prompt, add_special_tokens=False)["input_ids"])
+        tools = json.loads(row["tools"]) if isinstance(row.get("tools"), str) else row.get("tools")
+        ids = tokenizer.apply_chat_template(prompt, tools=tools, add_generation_prompt=True, tokenize=True)
+        return len(ids["input_ids"] if hasattr(ids, "keys") else ids)
+    except Exception:  # a template error here is TRL's to report, with its own message, as before
+        return None
