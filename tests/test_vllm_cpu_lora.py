@@ -94,3 +94,51 @@ def test_installed_in_vllms_cpu_wrapper():
     assert ours.use_single_adapter_products()
     wrapper = importlib.import_module(ours.WRAPPER_MODULE)
     assert all(getattr(wrapper, name) is getattr(ours, name) for name in ours.REPLACED)
+
+
+def reference_lora(x, a, b, indices, scaling):
+    """Each token through its own adapter, written out token by token (not vLLM's code, not ours): [tokens, out]."""
+    import torch
+
+    a, b = (w.squeeze(1) if w.dim() == 4 else w for w in (a, b))
+    shrunk = torch.stack([scaling * (x[t].float() @ a[i].float().T) for t, i in enumerate(indices.tolist())])
+    return shrunk, torch.stack([shrunk[t] @ b[i].float().T for t, i in enumerate(indices.tolist())])
+
+
+@pytest.mark.parametrize("case", ["one adapter", "mixed adapters"])
+def test_both_paths_equal_each_token_through_its_own_adapter(case):
+    """Mixed batches go to vLLM's own functions, so comparing with vLLM alone would compare it with itself: both
+    paths are held to an independent per-token product."""
+    import torch
+
+    ops = theirs()
+    x, a, b = tensors(4, torch.float32)
+    indices = torch.tensor(INDICES[case])
+    want_shrunk, want_out = reference_lora(x, a, b, indices, 0.5)
+    for impl in (ops, ours):
+        shrunk = torch.zeros(TOKENS, RANK)
+        impl.bgmv_shrink(x, a, shrunk, indices, 0.5)
+        out = torch.zeros(TOKENS, OUT)
+        impl.bgmv_expand(shrunk, b, out, indices, True)
+        torch.testing.assert_close(shrunk, want_shrunk, rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(out, want_out, rtol=1e-5, atol=1e-4)
+
+
+@pytest.mark.parametrize("add_inputs", [True, False])
+def test_one_adapter_row_is_broadcast_over_every_output_row_as_vllm_does(add_inputs):
+    """vLLM's `limit`: one row of adapter output against several rows of the layer's output adds that row to each."""
+    import torch
+
+    ops = theirs()
+    _, _, b = tensors(3, torch.float32)
+    shrunk = torch.randn(1, RANK)
+    indices = torch.tensor([1])
+    results = []
+    for impl in (ops, ours):
+        out = torch.ones(TOKENS, OUT)
+        impl.bgmv_expand(shrunk, b, out, indices, add_inputs)
+        results.append(out)
+    row = shrunk[0] @ b[1].T
+    want = (torch.ones(TOKENS, OUT) if add_inputs else torch.zeros(TOKENS, OUT)) + row
+    torch.testing.assert_close(results[1], results[0], rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(results[1], want, rtol=1e-5, atol=1e-5)
