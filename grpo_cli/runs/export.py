@@ -11,7 +11,7 @@ from grpo_cli.runs.layout import FINAL_DIR, RECIPE_FILE
 def merge_lora_run(run_dir: Path, output: Path, force: bool = False) -> Path:
     """Check the run and the output folder (before any weight loads), then merge and save."""
     from grpo_cli.files import check_writable_dir
-    from grpo_cli.models import is_lora_adapter, pretrained_kwargs, resolve_model_path
+    from grpo_cli.models import is_lora_adapter, load_model
     from grpo_cli.recipe.validation import load_recipe
     from grpo_cli.runs.weight_files import unloadable_weights
 
@@ -35,11 +35,11 @@ def merge_lora_run(run_dir: Path, output: Path, force: bool = False) -> Path:
     recipe = load_recipe(run_dir / RECIPE_FILE, scope="export")
 
     from peft import PeftModel
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoTokenizer
 
-    # QLoRA trained against a quantized base; the merged model is written in the unquantized compute dtype.
-    model = recipe.model
-    base = AutoModelForCausalLM.from_pretrained(resolve_model_path(model.name), **pretrained_kwargs(model))
+    # QLoRA trained against a quantized base; the merged model is written in the unquantized compute dtype. The
+    # base loads as every command loads the policy (models.load_model), without the quantization.
+    base = load_model(recipe.model)
     merged = PeftModel.from_pretrained(base, str(adapter)).merge_and_unload()
     merged.save_pretrained(output)
     AutoTokenizer.from_pretrained(str(adapter)).save_pretrained(output)
