@@ -181,3 +181,18 @@ def test_fsdp_on_a_cpu_is_refused_by_validate_and_train_before_any_rank_starts(t
         assert done.returncode == 2, (command, done.stderr[-2000:])
         assert "distributed.strategy: FSDP does not run on a CPU" in done.stderr and "strategy=ddp" in done.stderr
         assert "Traceback" not in done.stderr and not (tmp_path / "run").exists()
+    planned = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "grpo_cli",
+            "plan",
+            str(recipe),
+            "distributed.num_processes=2",
+            "distributed.strategy=fsdp",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert planned.returncode == 0 and "FSDP does not run on a CPU" in planned.stdout, planned.stdout[-1500:]

@@ -149,6 +149,11 @@ def plan(
         result = plan_recipe(loaded, gpu, device, ram)
         solution = largest_fitting(loaded, solve, result) if solve else None
     notes = budget_notes(loaded)
+    d = loaded.distributed
+    if result.plan.device == "cpu" and loaded.num_processes > 1 and d.strategy == "fsdp" and not d.accelerate_config:
+        from grpo_cli.train.distributed import FSDP_ON_CPU
+
+        notes.append(f"planned per process as asked, but {FSDP_ON_CPU}")
     if solution is not None:
         from grpo_cli.plan.view import solve_json, solve_lines
 
