@@ -216,22 +216,16 @@ def as_completion(text: str, chat: bool) -> Any:
 
 def read_examples(path: Path) -> list[dict]:
     """The examples an earlier attempt wrote; a cut or edited file is one line naming it, not a traceback."""
-    rows = []
-    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            row = json.loads(line)
-        except ValueError:
-            row = None
-        if not isinstance(row, dict) or "prompt" not in row or "completion" not in row:
-            raise UserError(
-                f"{path} line {number} is cut or is not an example (an interrupted write?): delete {path.parent} to "
-                "build the warm-up again, or train into another output_dir",
-                path="warmup",
-            )
-        rows.append(row)
-    return rows
+    from grpo_cli.files import read_jsonl
+
+    lines = read_jsonl(path, required=("prompt", "completion"))
+    if lines.skipped:
+        raise UserError(
+            f"{path} line {lines.skipped[0]} is cut or is not an example (an interrupted write?): delete {path.parent} "
+            "to build the warm-up again, or train into another output_dir",
+            path="warmup",
+        )
+    return lines.rows
 
 
 def checked_examples(warm: WarmupSection, examples: WarmupExamples, tokenizer) -> tuple[WarmupExamples, list[str]]:
