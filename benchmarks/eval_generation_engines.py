@@ -27,8 +27,8 @@ def main() -> None:
     import torch
     from transformers import GenerationConfig
 
-    from grpo_cli.eval.continuous import ContinuousGenerator
     from grpo_cli.eval.problems import Problem, chat_prompts
+    from grpo_cli.generation.continuous import ContinuousGenerator
     from grpo_cli.models import load_model, load_tokenizer
     from grpo_cli.progress import quiet_libraries
     from grpo_cli.recipe.validation import load_recipe

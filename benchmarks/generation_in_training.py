@@ -51,7 +51,7 @@ def main() -> None:
 
     import torch
 
-    from grpo_cli.eval.continuous import ContinuousGenerator
+    from grpo_cli.generation.continuous import ContinuousGenerator
     from grpo_cli.recipe.validation import load_recipe
     from grpo_cli.train import merged_generation
     from grpo_cli.train.trainer import build_trainer

@@ -1,7 +1,7 @@
 """`grpo eval` of a LoRA adapter on vLLM on a CPU: vLLM's per-token LoRA gather against grpo's one-adapter product.
 
 Three real `grpo eval` runs, each a fresh process, on the same N GSM8K problems with the same recipe, budget, batch
-and precision: the base model; the adapter with vLLM's own CPU LoRA operations (grpo_cli/eval/vllm_cpu_lora.py
+and precision: the base model; the adapter with vLLM's own CPU LoRA operations (grpo_cli/generation/vllm_cpu_lora.py
 switched off in that process); the adapter as `grpo eval` runs it. Writes problems/s and tokens/s of each (generation
 only; the whole process beside it), both accuracies and how many of the adapter's completions are identical under
 the two LoRA paths. Needs an environment with vLLM (on a CPU: vllm-cpu, see docs/eval.md).
@@ -28,7 +28,7 @@ RECIPE = ROOT / "benchmarks" / "gsm8k_learning" / "qwen2.5_coder_0.5b" / "d2" / 
 # `grpo eval` re-executes itself once with mimalloc preloaded (grpo_cli/process/allocator.py), which would drop that
 # switch: every run gets the preloaded environment from here instead, so none re-executes and all run alike.
 VLLMS_OWN = (
-    "import grpo_cli.eval.vllm_cpu_lora as m; m.use_single_adapter_products = lambda: False; "
+    "import grpo_cli.generation.vllm_cpu_lora as m; m.use_single_adapter_products = lambda: False; "
     "from grpo_cli.cli import entry; entry()"
 )
 RUNS = {"base": ("grpo_cli", False), "lora, vLLM's gather": (VLLMS_OWN, True), "lora, one product": ("grpo_cli", True)}

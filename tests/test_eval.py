@@ -11,10 +11,10 @@ from typer.testing import CliRunner
 
 from conftest import write_recipe
 from grpo_cli.cli import app
-from grpo_cli.eval.generation import cut_at_stops, length_sorted_batches
 from grpo_cli.eval.problems import Problem, lm_eval_prompts
 from grpo_cli.eval.scoring import score, summarize
 from grpo_cli.eval.stats import paired_difference, wilson_interval
+from grpo_cli.generation.base import cut_at_stops, length_sorted_batches
 from rewards.gsm8k_task import LM_EVAL_FLEXIBLE, LM_EVAL_STRICT, lm_eval_exact_match, regex_filter
 
 runner = CliRunner()

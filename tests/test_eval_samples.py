@@ -15,12 +15,13 @@ from typer.testing import CliRunner
 from conftest import fails_cleanly, write_recipe
 from grpo_cli.cli import app
 from grpo_cli.errors import UserError
-from grpo_cli.eval.generation import Generated
 from grpo_cli.eval.problems import Problem
 from grpo_cli.eval.sampled import majority_vote, sampled_record, summarize_sampled, vote_key
-from grpo_cli.eval.sampler import Sampling, check_sampling, draw
+from grpo_cli.eval.sampler import check_sampling
 from grpo_cli.eval.scoring import FILTERS, score
 from grpo_cli.eval.stats import mean_interval, paired_difference, paired_mean_difference, pass_at_k, wilson_interval
+from grpo_cli.generation.base import Generated
+from grpo_cli.generation.sampling import Sampling, draw
 from grpo_cli.recipe.eval_section import EvalSection
 
 runner = CliRunner()
@@ -165,8 +166,8 @@ def test_both_transformers_engines_draw_the_same_completions_whatever_the_batch(
     the same tokens, at any batch size; without sampling both stay greedy."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from grpo_cli.eval.continuous import ContinuousGenerator
-    from grpo_cli.eval.generation import HFGenerator
+    from grpo_cli.generation.continuous import ContinuousGenerator
+    from grpo_cli.generation.transformers_engine import HFGenerator
 
     tokenizer = AutoTokenizer.from_pretrained(tiny_llama)
     model = AutoModelForCausalLM.from_pretrained(tiny_llama).eval()

@@ -221,7 +221,7 @@ def test_lean_lora_computes_what_peft_computes():
     from peft import LoraConfig, get_peft_model
     from transformers import AutoConfig, AutoModelForCausalLM
 
-    from grpo_cli.eval.lean_lora import lean_lora
+    from grpo_cli.generation.lean_lora import lean_lora
 
     config = AutoConfig.for_model(
         "llama",
@@ -266,8 +266,9 @@ def test_eval_generates_in_the_training_precision_with_the_adapter_unmerged(tmp_
     from peft import LoraConfig, get_peft_model
     from transformers import AutoModelForCausalLM
 
-    from grpo_cli.eval.evaluate import _generator, settings_of
+    from grpo_cli.eval.evaluate import compute_dtype, settings_of
     from grpo_cli.eval.targets import Target
+    from grpo_cli.generation.engines import TRANSFORMERS, build_generator
 
     peft = get_peft_model(
         AutoModelForCausalLM.from_pretrained(tiny_llama, dtype=torch.float32),
@@ -280,7 +281,8 @@ def test_eval_generates_in_the_training_precision_with_the_adapter_unmerged(tmp_
 
     def logits(mixed: str):
         recipe = load_recipe(write_recipe(tmp_path, tiny_llama), [f"model.mixed_precision={mixed}"])
-        generator, _ = _generator(recipe, recipe.model, target, budget=4)
+        dtype = compute_dtype(recipe)
+        generator, _ = build_generator(recipe.model, None, target.adapter, TRANSFORMERS, dtype, 4, [], None)
         with torch.inference_mode():
             return recipe, generator.model, generator.model(input_ids=ids).logits.float()
 

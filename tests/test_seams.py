@@ -87,7 +87,7 @@ def test_an_engine_without_the_runner_path_is_refused_in_one_line():
 
 
 def test_the_one_product_functions_take_the_arguments_listed_for_vllms():
-    from grpo_cli.eval import vllm_cpu_lora
+    from grpo_cli.generation import vllm_cpu_lora
 
     for name, arity in seams.LORA_ARITY.items():
         assert len(inspect.signature(getattr(vllm_cpu_lora, name)).parameters) == arity, name
@@ -159,7 +159,7 @@ def test_a_lora_function_gone_takes_vllms_own_path_with_a_notice_and_never_resum
     from peft import LoraConfig, get_peft_model
     from transformers import AutoModelForCausalLM
 
-    from grpo_cli.eval.engines import choose_engine
+    from grpo_cli.generation.engines import choose_engine
     from grpo_cli.recipe.validation import load_recipe
 
     torch.manual_seed(1)
@@ -173,7 +173,7 @@ def test_a_lora_function_gone_takes_vllms_own_path_with_a_notice_and_never_resum
     # Gone from vLLM's torch ops, which the one-product functions hand a batch of several adapters to; vLLM's own
     # CPU wrapper keeps the function it imported, so its own path still runs.
     monkeypatch.delattr(own, "sgmv_expand")
-    choice = choose_engine("vllm", load_recipe(write_recipe(tmp_path, vllm_model)), str(adapter), False)
+    choice = choose_engine("vllm", load_recipe(write_recipe(tmp_path, vllm_model)).quantization, str(adapter), False)
     assert choice.lora_path == "vllm-own" and "sgmv_expand" in choice.note and seams.vllm_label() in choice.note
     result = runner.invoke(app, eval_args(vllm_model, tmp_path / "own", "--adapter", str(adapter), "--engine", "vllm"))
     assert result.exit_code == 0, result.output
@@ -199,7 +199,7 @@ def test_a_lora_function_that_takes_other_arguments_leaves_vllms_wrapper_alone(m
     pytest.importorskip("vllm", reason=NEEDS_VLLM)
     import vllm.lora.punica_wrapper.punica_cpu as wrapper
 
-    from grpo_cli.eval import vllm_cpu_lora
+    from grpo_cli.generation import vllm_cpu_lora
 
     widened = lambda inputs, weights, output, indices, scaling=1.0, extra=None: None  # noqa: E731
     monkeypatch.setattr(wrapper, "bgmv_shrink", widened)

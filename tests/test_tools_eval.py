@@ -10,9 +10,9 @@ from typer.testing import CliRunner
 
 from conftest import write_recipe
 from grpo_cli.cli import app
-from grpo_cli.eval.continuous import ContinuousGenerator
+from grpo_cli.generation.continuous import ContinuousGenerator
+from grpo_cli.generation.tool_loop import ToolLoop
 from grpo_cli.recipe.validation import load_recipe
-from grpo_cli.tools.loop import ToolLoop
 from grpo_cli.tools.registry import guarded_tools
 from grpo_cli.train.trainer import build_trainer
 from tool_models import SYSTEM

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from grpo_cli.eval import vllm_cpu_lora as ours
+from grpo_cli.generation import vllm_cpu_lora as ours
 
 pytestmark = pytest.mark.vllm
 

@@ -11,10 +11,10 @@ from typing import Any
 from grpo_cli.errors import UserError
 from grpo_cli.eval import evaluate as ev
 from grpo_cli.eval.comparison import compare
-from grpo_cli.eval.engines import check_engine
 from grpo_cli.eval.sampler import check_sampling
 from grpo_cli.eval.store import OWN_FILES, refuse_foreign
 from grpo_cli.eval.targets import Target, default_output, run_target
+from grpo_cli.generation.engines import check_engine
 from grpo_cli.process.optional_libraries import skip_unused_bitsandbytes
 from grpo_cli.recipe.schema import Recipe
 from grpo_cli.runs.layout import COMPARISON_FILE, RECIPE_FILE, SETTINGS_FILE, is_checkpoint
@@ -31,7 +31,7 @@ class EvalRequest:
     adapter: Path | None = None
     options: dict[str, Any] = field(default_factory=dict)  # typed flags: {"eval.limit": 50, ...}
     output: Path | None = None
-    engine: str = "auto"  # --engine: auto, vllm or transformers (grpo_cli/eval/engines.py)
+    engine: str = "auto"  # --engine: auto, vllm or transformers (grpo_cli/generation/engines.py)
     own_process: bool = False  # the console script's process (cli/parts.py own_process)
     checkpoints_run: Path | None = None  # --checkpoints: base, every checkpoint and the final model of this run
 

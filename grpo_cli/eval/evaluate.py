@@ -20,7 +20,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from grpo_cli.eval.engines import TRANSFORMERS, EngineChoice, choose_engine, engine_label
 from grpo_cli.eval.problems import fewshot_pool, load_problems, protocol_prompts
 from grpo_cli.eval.sampled import ProblemSamples, by_problem, repeated, sampled_record, summarize_sampled
 from grpo_cli.eval.sampler import sampling_of
@@ -29,11 +28,12 @@ from grpo_cli.eval.store import PredictionStore, previous_session
 from grpo_cli.eval.targets import Target
 from grpo_cli.eval.task import TaskScorer, task_problems, task_settings, task_source
 from grpo_cli.files import sole_writer
+from grpo_cli.generation.engines import build_generator, choose_engine, engine_label
+from grpo_cli.generation.tool_loop import tool_summary
 from grpo_cli.progress import quiet_libraries
 from grpo_cli.recipe.eval_section import EvalSection
 from grpo_cli.recipe.schema import Recipe
 from grpo_cli.runs.layout import SUMMARY_FILE
-from grpo_cli.tools.loop import tool_summary
 
 LM_EVAL_STOPS = ["Question:", "</s>", "<|im_end|>"]  # gsm8k.yaml `until`; the tokenizer's EOS is added
 DEFAULT_MAX_NEW_TOKENS = {"chat": 512, "lm-eval": 256, "task": 512}
@@ -90,7 +90,7 @@ def settings_of(recipe: Recipe, target: Target, compute_dtype: str | None = None
 
 def evaluate(recipe: Recipe, target: Target, output: Path, display=None, engine: str = "auto") -> EvalResult:
     """Score every problem of the split (up to eval.limit) that `output` does not hold yet, generating with `engine`
-    (grpo_cli/eval/engines.py); no other grpo process writes `output` meanwhile."""
+    (grpo_cli/generation/engines.py); no other grpo process writes `output` meanwhile."""
     with sole_writer(output, "grpo eval --output"):
         return _evaluate(recipe, target, output, display, engine)
 
@@ -110,7 +110,7 @@ def _evaluate(recipe: Recipe, target: Target, output: Path, display, engine: str
         from grpo_cli.tools.template import check_tool_template
 
         check_tool_template(load_tokenizer(model), target.model)
-    choice = choose_engine(engine, recipe, target.adapter, uses_tools(recipe))  # its errors come before any file
+    choice = choose_engine(engine, recipe.quantization, target.adapter, uses_tools(recipe))  # before any file
     sampling, names = sampling_of(ev), scorer.names if scorer else FILTERS
     store = PredictionStore(output, settings_of(recipe, target, compute_dtype(recipe)) | choice.settings(), problems)
     todo = [p for p in problems if p.index not in store.records]
@@ -118,7 +118,11 @@ def _evaluate(recipe: Recipe, target: Target, output: Path, display, engine: str
     if todo:
         if display and choice.note:
             display.note(f"{target.label}: {choice.note}")
-        generator, tokenizer = _generator(recipe, model, target, max_new_tokens(ev), choice, sampling)
+        stops = LM_EVAL_STOPS if ev.protocol == "lm-eval" else []
+        dtype, budget = compute_dtype(recipe), max_new_tokens(ev)
+        generator, tokenizer = build_generator(
+            model, recipe.quantization, target.adapter, choice, dtype, budget, stops, sampling
+        )
         engine_used = {"engine": generator.name, "engine_version": generator.version, "lora_path": choice.lora_path}
         stream = _stream(recipe, generator, tokenizer, todo, pool, sampling)
         if display:
@@ -133,15 +137,14 @@ def _evaluate(recipe: Recipe, target: Target, output: Path, display, engine: str
         started = time.perf_counter()
         for batch in stream:
             records = [_record(todo[item.index], item, recipe, scorer) for item in batch]
-            new_tokens += sum(getattr(item, "model_tokens", item.new_tokens) for item in batch)
+            new_tokens += sum(item.model_tokens for item in batch)
             store.add(records)
             if display:
                 display.advance(records, time.perf_counter() - started)
         wall = time.perf_counter() - started
         if display:
             display.stop()
-        if hasattr(generator, "close"):
-            generator.close()  # vLLM's engine holds its weights and KV cache until freed; the next target starts one
+        generator.close()  # vLLM's engine holds its weights and KV cache until freed; the next target starts one
     scored = [store.records[p.index] for p in problems]
     summary = {
         "target": target.label,
@@ -189,7 +192,7 @@ def _record(problem, item, recipe: Recipe, scorer: TaskScorer | None = None) -> 
         "completion": item.text,
         **verdict(item.text),
         "new_tokens": item.new_tokens,
-        **getattr(item, "extra", {}),
+        **item.extra,
     }
 
 
@@ -212,7 +215,7 @@ def uses_tools(recipe: Recipe) -> bool:
 def _tool_stream(recipe: Recipe, generator, tokenizer, todo: list):
     """The problems through the tool loop, with the recipe's tools and environment behind their guards."""
     from grpo_cli.data import build_prompt
-    from grpo_cli.tools.loop import ToolLoop
+    from grpo_cli.generation.tool_loop import ToolLoop
     from grpo_cli.tools.wiring import recipe_tools
 
     tools, environment = recipe_tools(recipe, tokenizer)
@@ -245,55 +248,3 @@ def compute_dtype(recipe: Recipe) -> str:
     if recipe.quantization is not None:
         return recipe.model.dtype
     return inference_dtype(recipe, on_cpu=not torch.cuda.is_available())
-
-
-def _generator(recipe: Recipe, model, target: Target, budget: int, engine: EngineChoice = TRANSFORMERS, sampling=None):
-    """The generation engine (`vllm` or `transformers`, chosen by grpo_cli/eval/engines.py) for the `model` section,
-    greedy or with `sampling` (eval/sampler.py), and the tokenizer."""
-    import torch
-
-    from grpo_cli.eval.continuous import ContinuousGenerator, supports_continuous_batching
-    from grpo_cli.eval.generation import HFGenerator
-    from grpo_cli.eval.lean_lora import lean_lora
-    from grpo_cli.models import load_model, load_tokenizer, resolve_model_path
-
-    quiet_libraries()
-    tokenizer = load_tokenizer(model)
-    stops = LM_EVAL_STOPS if recipe.eval.protocol == "lm-eval" else []
-    dtype = compute_dtype(recipe)
-    if engine.name == "vllm":
-        from grpo_cli.eval.vllm_engine import VLLMGenerator
-
-        return VLLMGenerator(
-            resolve_model_path(model.name),
-            tokenizer,
-            budget,
-            stops,
-            dtype,
-            target.adapter,
-            model.tokenizer,
-            model.trust_remote_code,
-            sampling,
-            engine.lora_path,
-        ), tokenizer
-    narrower = dtype != model.dtype
-    lm = load_model(model.model_copy(update={"dtype": dtype}), recipe.quantization)
-    if target.adapter:
-        from peft import PeftModel
-
-        lm = PeftModel.from_pretrained(lm, target.adapter)
-        if narrower:
-            # Merged into bfloat16 weights, a LoRA update (often below their rounding step) would be rounded away;
-            # unmerged, it is computed on its own and added to the layer's output. Parameters only: buffers such as
-            # the rotary frequencies stay as loading made them, as for the base model.
-            for parameter in lm.parameters():
-                parameter.data = parameter.data.to(getattr(torch, dtype))
-            lean_lora(lm, getattr(torch, dtype))  # for the whole evaluation: nothing changes the adapter
-        elif recipe.quantization is None:
-            lm = lm.merge_and_unload()  # one plain model generates faster than base + adapter
-    if torch.cuda.is_available() and recipe.quantization is None:
-        lm = lm.to("cuda")
-    lm.eval()
-    max_length = getattr(lm.config, "max_position_embeddings", None)
-    own = ContinuousGenerator if supports_continuous_batching(lm) else HFGenerator
-    return own(lm, tokenizer, budget, stops, max_length, sampling=sampling), tokenizer

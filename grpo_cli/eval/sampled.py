@@ -20,10 +20,10 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from grpo_cli.eval.generation import Generated
-from grpo_cli.eval.sampler import Sampling
 from grpo_cli.eval.scoring import summarize
 from grpo_cli.eval.stats import mean_interval, paired_difference, paired_mean_difference, pass_at_k, wilson_interval
+from grpo_cli.generation.base import Generated
+from grpo_cli.generation.sampling import Sampling
 from rewards.answers import to_number
 from rewards.gsm8k_task import LM_EVAL_FALLBACK, lm_eval_normalize
 
@@ -46,6 +46,10 @@ class ProblemSamples:
     @property
     def new_tokens(self) -> int:
         return sum(s.new_tokens for s in self.samples)
+
+    @property
+    def model_tokens(self) -> int:
+        return sum(s.model_tokens for s in self.samples)
 
 
 def by_problem(stream, samples: int) -> Iterator[list[ProblemSamples]]:

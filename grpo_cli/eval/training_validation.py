@@ -10,10 +10,10 @@ from __future__ import annotations
 from typing import Any
 
 from grpo_cli.eval.evaluate import LM_EVAL_STOPS, max_new_tokens
-from grpo_cli.eval.generation import HFGenerator
 from grpo_cli.eval.problems import Problem, chat_prompts, fewshot_pool, lm_eval_prompts, load_problems
 from grpo_cli.eval.scoring import FILTERS, score, summarize
 from grpo_cli.eval.task import TaskScorer, check_task, load_task_problems, training_overlap
+from grpo_cli.generation.transformers_engine import HFGenerator
 from grpo_cli.recipe.schema import Recipe
 from grpo_cli.runs.validation_curve import PREFIX, SHORTCUT_KEY, SHORTCUT_REASON_KEY, accuracy_key
 

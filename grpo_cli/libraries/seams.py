@@ -100,7 +100,7 @@ WEIGHT_SYNC = (
 )
 # Where the built engine keeps that runner: instance attributes, checked when TRL has built the engine.
 RUNNER_PATH = ("llm_engine", "model_executor", "driver_worker", "model_runner")
-# Evaluating an adapter on a CPU (eval/vllm_cpu_lora.py): the functions replaced in vLLM's CPU LoRA wrapper, each
+# Evaluating an adapter on a CPU (generation/vllm_cpu_lora.py): the functions replaced in vLLM's CPU LoRA wrapper, each
 # with the arguments the wrapper passes in order, and vLLM's own, which they call on a batch that mixes adapters.
 # Instead: vLLM's own LoRA path, with a notice.
 LORA_ARITY = dict(
@@ -115,7 +115,7 @@ LORA_PRODUCTS = tuple(
     )
     for name, arity in LORA_ARITY.items()
 )
-# Evaluation on vLLM (eval/vllm_engine.py) drives the engine a step at a time. Instead: the transformers engine
+# Evaluation on vLLM (generation/vllm_engine.py) drives the engine a step at a time. Instead: the transformers engine
 # (`--engine auto`), or a refusal (`--engine vllm`).
 ENGINE, REQUEST_TAKES = "vllm.v1.engine.llm_engine", ("request_id", "prompt", "params", "lora_request")
 EVAL_ENGINE = (

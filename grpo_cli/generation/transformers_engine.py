@@ -1,4 +1,5 @@
-"""Generation for evaluation, greedy or sampled (eval/sampler.py): batched, left-padded, stopped per sequence.
+"""Generation on a transformers model with `generate`, greedy or sampled (generation/sampling.py): batched,
+left-padded, stopped per sequence.
 
 Batches are built from prompts sorted longest first (lm-eval's order: similar lengths pad little, and an
 out-of-memory shows up in the first batch, not after an hour). A sequence stops at EOS or a stop string;
@@ -8,42 +9,8 @@ out-of-memory shows up in the first batch, not after an hour). A sequence stops 
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass, field
 
-# A prompt is text, or token ids (the tool loop continues a conversation from its exact tokens).
-Prompt = str | list[int]
-
-
-@dataclass
-class Generated:
-    index: int  # position in the caller's prompt list
-    text: str  # decoded, cut at the first stop string
-    new_tokens: int
-    tokens: list[int] = field(default_factory=list)  # the new token ids, without the end-of-sequence token
-    stopped: bool = False  # ended with the end-of-sequence token (not at the budget or a stop string)
-
-
-def longest_first(lengths: list[int], texts: list[str] | None = None) -> list[int]:
-    """Indices, longest prompts first; ties by text, as lm-eval's Collator orders them."""
-    return sorted(range(len(lengths)), key=lambda i: (-lengths[i], texts[i] if texts else "", i))
-
-
-def length_sorted_batches(lengths: list[int], batch_size: int, texts: list[str] | None = None) -> list[list[int]]:
-    order = longest_first(lengths, texts)
-    return [order[start : start + batch_size] for start in range(0, len(order), batch_size)]
-
-
-def sort_texts(prompts: list[Prompt]) -> list[str] | None:
-    """Tie-breaking keys for the length sort: the texts (lm-eval's order), or none for token-id prompts."""
-    return [p if isinstance(p, str) else "" for p in prompts]
-
-
-def cut_at_stops(text: str, stops: list[str]) -> str:
-    """Text before the first occurrence of each stop string in turn (lm-eval's postprocessing)."""
-    for stop in stops:
-        if stop:
-            text = text.split(stop)[0]
-    return text
+from grpo_cli.generation.base import Generated, Prompt, cut_at_stops, length_sorted_batches, sort_texts
 
 
 class HFGenerator:
@@ -62,7 +29,7 @@ class HFGenerator:
         sampling=None,
     ):
         self.model, self.tokenizer = model, tokenizer
-        self.sampling = sampling  # eval/sampler.py's Sampling, or None: greedy
+        self.sampling = sampling  # sampling.py's Sampling, or None: greedy
         # A model that trains on afterwards generates under no_grad: a tensor it caches under inference mode (a
         # rotary table, say) could never enter autograd again.
         self.inference_mode = inference_mode
@@ -111,7 +78,7 @@ class HFGenerator:
         per prompt, when they differ (default: max_new_tokens for all); `seeds`: each prompt's seed when sampling."""
         import torch
 
-        from grpo_cli.eval.sampler import RowSampler
+        from grpo_cli.generation.sampling import RowSampler
 
         budgets = budgets or [self.max_new_tokens] * len(prompts)
         for batch in length_sorted_batches(self.prompt_lengths(prompts), batch_size, sort_texts(prompts)):
@@ -134,6 +101,9 @@ class HFGenerator:
                 )
             new = output[:, input_ids.shape[1] :].tolist()
             yield [self._generated(i, tokens[: budgets[i]]) for i, tokens in zip(batch, new)]
+
+    def close(self) -> None:
+        """Nothing to free: the model goes with the generator."""
 
     def _generated(self, index: int, tokens: list[int]) -> Generated:
         count = self._count(tokens)

@@ -1,5 +1,5 @@
-"""The tool loop TRL runs in training (`GRPOTrainer._tool_call_loop`), on our own generation engines: `grpo eval`'s
-(greedy, continuous batching) and preflight's sampler.
+"""The tool loop TRL runs in training (`GRPOTrainer._tool_call_loop`), over any engine of this package: `grpo eval`'s
+(greedy, continuous batching) and preflight's (sampled as training samples: policy_sampler.py).
 
 A finished turn is parsed with TRL's parser for the template; its calls run behind the same guards as in training; the
 results are appended as TRL appends them (the template's tool-response tokens, computed from a dummy conversation as
@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from grpo_cli.errors import UserError
+from grpo_cli.generation.base import Generated
 from grpo_cli.tools.calls import call_name, figures, transcript
 from grpo_cli.tools.guard import EnvironmentFailure
 from rewards.answers import completion_text
@@ -43,16 +44,12 @@ class Conversation:
 
 
 @dataclass
-class ToolLoopResult:
-    """What evaluate() records for one problem, shaped like generation.Generated plus the tool fields."""
+class ToolLoopResult(Generated):
+    """One conversation's completion: `text` is the model's own turns (which are scored), `new_tokens` counts model
+    and tool tokens (reaching the budget means the completion was cut), `extra` holds the calls."""
 
-    index: int
-    text: str  # the model's own turns, which are scored
-    new_tokens: int  # model and tool tokens: reaching the budget means the completion was cut
-    model_tokens: int
-    extra: dict[str, Any]
-    completion_ids: list[int]
-    messages: list[dict]  # the completion as TRL hands it to rewards: assistant and tool messages
+    completion_ids: list[int] = field(default_factory=list)  # model and tool tokens, as TRL's completion_ids
+    messages: list[dict] = field(default_factory=list)  # the completion as TRL hands it to rewards
 
 
 class ToolLoop:
@@ -230,10 +227,10 @@ class ToolLoop:
             conversation.index,
             completion_text(conversation.completion),
             len(conversation.completion_ids),
-            conversation.model_tokens,
-            extra,
-            conversation.completion_ids,
-            conversation.completion,
+            model_tokens=conversation.model_tokens,
+            extra=extra,
+            completion_ids=conversation.completion_ids,
+            messages=conversation.completion,
         )
 
 
