@@ -147,6 +147,24 @@ def test_chat_validation_at_every_kth_step_and_the_last_leaves_training_as_it_wa
     assert all(torch.equal(validated[k], unvalidated[k]) for k in validated)
 
 
+@pytest.mark.slow
+def test_validation_of_a_lora_run_under_bf16_autocast_runs_as_its_rollouts_do(tmp_path, tiny_llama):
+    # Under bf16 autocast the frozen Linears are stored in bf16 and the adapters in float32 (frozen_weights.py): the
+    # model only runs inside autocast, so validation must run in the trainer's autocast too, not beside it.
+    sections = {
+        "model": {"mixed_precision": "bf16"},
+        "lora": {"r": 4, "alpha": 8, "target_modules": "all-linear"},
+        "eval": {"source": "generated"},
+        "training": {"max_steps": 1},
+    }
+    recipe = write_recipe(tmp_path, tiny_llama, validation=SLICE, **sections)
+    result = runner.invoke(app, ["train", str(recipe)])
+    assert result.exit_code == 0, result.output
+    steps, validations = logged(tmp_path / "run")
+    assert [r["step"] for r in steps] == [1] and [r["step"] for r in validations] == [0, 1]
+    assert all(0 <= row["val/flexible-extract/accuracy"] <= 1 for row in validations)
+
+
 def test_the_slice_is_the_first_problems_grpo_eval_scores_and_overlap_with_training_is_warned(tmp_path, tiny_llama):
     from grpo_cli.eval.problems import load_problems
     from grpo_cli.eval.training_validation import held_out_validation

@@ -1,6 +1,6 @@
 """Print a GRPO run's steps as a text table, one row per step, from its metrics.jsonl (tool runs: calls and errors).
 
-    python benchmarks/gsm8k_learning/steps_table.py runs/t1/metrics.jsonl
+python benchmarks/gsm8k_learning/steps_table.py runs/t1/metrics.jsonl
 """
 
 import json

@@ -41,6 +41,7 @@ class RecipeTrainer(GRPOTrainer):
         self.zero_variance_rounds = zero_variance_rounds
         self.phase_listeners: list[PhaseListener] = []
         self._gathered_rewards = None
+        self.inference_context = nullcontext
         self.generation_context = self._choose_generation_context(mixed_precision)
         self._cpu_vllm = self.use_vllm and self.accelerator.device.type == "cpu"
         self.correct_from_loss_pass = vllm_correction.applies(self)
@@ -59,7 +60,10 @@ class RecipeTrainer(GRPOTrainer):
         model = self.accelerator.unwrap_model(self.model)
         dtype = frozen_weights.narrow(self, mixed_precision)
         if dtype is not None:
-            return lambda: frozen_weights.generating_under_autocast(model, dtype)
+            # Anything else that runs the model outside TRL's steps (validation) needs the same autocast; it does
+            # not take the merge below, which would leave the base weights a rounding away from a run without it.
+            self.inference_context = lambda: frozen_weights.generating_under_autocast(model, dtype)
+            return self.inference_context
         if merged_generation.can_merge(self):
             return lambda: merged_generation.adapter_merged(model)
         return nullcontext

@@ -173,6 +173,7 @@ def _validate_while_training(trainer, recipe: Recipe, validate: Validate, displa
             on_row=display.validated,
             exclude_seconds=metrics.exclude_seconds,
             stopping=lambda: interrupt.requested,
+            context=trainer.inference_context,
         )
     )
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
 
 from transformers import TrainerCallback
@@ -31,8 +32,11 @@ class ValidationCallback(TrainerCallback):
         on_row: Callable[[dict], None],
         exclude_seconds: Callable[[float], None],
         stopping: Callable[[], bool] = lambda: False,
+        context: Callable[[], AbstractContextManager] = nullcontext,
     ):
-        self.validate, self.every_steps = validate, every_steps
+        # `context`: the trainer's generation context. Under bf16 autocast the frozen Linears are bf16 while the
+        # adapters stay float32, so the model only runs inside autocast (frozen_weights.py), as its rollouts do.
+        self.validate, self.every_steps, self.context = validate, every_steps, context
         self.metrics_path = run_dir / METRICS_FILE
         self.show, self.on_row, self.exclude_seconds, self.stopping = show, on_row, exclude_seconds, stopping
         self._first_step_seen = False
@@ -54,7 +58,8 @@ class ValidationCallback(TrainerCallback):
             return
         self.show("validating on the held-out slice...")
         started = time.perf_counter()
-        figures = self.validate(kwargs["model"], kwargs["processing_class"])
+        with self.context():
+            figures = self.validate(kwargs["model"], kwargs["processing_class"])
         seconds = time.perf_counter() - started
         row = {"step": state.global_step, **figures, SECONDS_KEY: round(seconds, 3)}
         with self.metrics_path.open("a", encoding="utf-8") as fh:
