@@ -202,6 +202,21 @@ CUDA_MATRIX_3 = {
     "llama1b-qlora-gc-g16-c1024-beta": config("llama-3.2-1b", "qlora", gc=True, g=16, c=1024, beta=0.04),
     "llama1b-lora-g4-c1024": config("llama-3.2-1b", "lora", g=4, c=1024),
 }
+# The fourth GPU call's held-out rows (issue 71): run after the owners of the rows furthest under were recorded and
+# before any term was fitted to them, to check those fixes out of sample. QLoRA and LoRA with checkpointing at other
+# lengths, full fine-tuning of Qwen2.5-1.5B and Llama-3.2-1B, QLoRA of the 3B shape without checkpointing.
+CUDA_MATRIX_4 = {
+    "qwen0.5b-qlora-gc-g16-c256": config("qwen2.5-0.5b", "qlora", gc=True, g=16, c=256),
+    "qwen1.5b-qlora-gc-g16-c256-beta": config("qwen2.5-1.5b", "qlora", gc=True, g=16, c=256, beta=0.04),
+    "qwen0.5b-lora-gc-g8-c512-beta": config("qwen2.5-0.5b", "lora", gc=True, g=8, c=512, beta=0.04),
+    "llama1b-qlora-gc-g8-c512": config("llama-3.2-1b", "qlora", gc=True, g=8, c=512),
+    "qwen1.5b-full-gc-g8-c256": config("qwen2.5-1.5b", gc=True, g=8, c=256),
+    "qwen3b-qlora-g8-c512": config("qwen2.5-3b", "qlora", g=8, c=512),
+    "llama1b-full-g4-c256-adam8": config("llama-3.2-1b", g=4, c=256, optim="adamw_8bit"),
+    "qwen1.5b-lora-g16-c256": config("qwen2.5-1.5b", "lora", g=16, c=256),
+}
+# Every configuration a lent GPU has measured, by name: the CUDA rows of memory_calibration.csv.
+CUDA_CONFIGS = {**CUDA_MATRIX, **CUDA_MATRIX_3, **CUDA_MATRIX_4}
 TINY_QUANT = {  # float32: CPUs without AVX512-BF16 emulate bfloat16, several times slower
     "tiny-llama-qlora-adam8": config("tiny-llama", "qlora", g=4, c=16, optim="adamw_8bit", dtype="float32"),
 }
@@ -217,7 +232,7 @@ CPU32_MATRIX = {
     for name, cfg in CPU_MATRIX.items()
     if cfg["method"] != "qlora" and cfg["optim"] == "adamw_torch"
 }
-MATRICES = {"cpu": CPU_MATRIX, "cpu32": CPU32_MATRIX, "cuda": CUDA_MATRIX, "cuda3": CUDA_MATRIX_3, "tiny": TINY_MATRIX}
+MATRICES = {"cpu": CPU_MATRIX, "cpu32": CPU32_MATRIX, "cuda": CUDA_MATRIX, "cuda3": CUDA_MATRIX_3, "cuda4": CUDA_MATRIX_4, "tiny": TINY_MATRIX}
 
 
 def recipe_dict(model_dir: Path, cfg: dict) -> dict:

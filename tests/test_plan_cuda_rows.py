@@ -20,7 +20,7 @@ from grpo_cli.recipe.schema import Recipe
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "benchmarks"))
-from memory import ARCHS, CUDA_MATRIX, CUDA_MATRIX_3, recipe_dict  # noqa: E402
+from memory import ARCHS, CUDA_CONFIGS, recipe_dict  # noqa: E402
 
 
 def cuda_rows() -> list[dict]:
@@ -40,7 +40,7 @@ def shapes(tmp_path_factory):
 
 
 def plan_of(row: dict, shapes: Path):
-    cfg = {**CUDA_MATRIX, **CUDA_MATRIX_3}[row["config"]]
+    cfg = CUDA_CONFIGS[row["config"]]
     raw = recipe_dict(shapes / cfg["arch"], cfg)
     raw["data"]["max_prompt_length"] = int(row["prompt"])
     recipe = Recipe.model_validate(raw)

@@ -25,7 +25,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "benchmarks"))
-from memory import CUDA_MATRIX, CUDA_MATRIX_3, TINY_MATRIX, build_model_to_measure, recipe_dict  # noqa: E402
+from memory import CUDA_CONFIGS, TINY_MATRIX, build_model_to_measure, recipe_dict  # noqa: E402
 
 GIB = 2**30
 MAX_ENTRIES = 2_000_000
@@ -169,7 +169,7 @@ def main() -> None:
     parser.add_argument("--one", nargs=2, help=argparse.SUPPRESS)
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
-    matrix = TINY_MATRIX if args.cpu else {**CUDA_MATRIX, **CUDA_MATRIX_3}
+    matrix = TINY_MATRIX if args.cpu else CUDA_CONFIGS
     if args.one:
         name, model_dir = args.one
         measure(name, matrix[name], Path(model_dir), args.out)

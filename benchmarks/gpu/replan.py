@@ -14,9 +14,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "benchmarks"))
-from memory import ARCHS, CUDA_MATRIX, CUDA_MATRIX_3, recipe_dict  # noqa: E402
+from memory import ARCHS, CUDA_CONFIGS, recipe_dict  # noqa: E402
 
-CONFIGS = {**CUDA_MATRIX, **CUDA_MATRIX_3}
 
 
 def main() -> None:
@@ -35,7 +34,7 @@ def main() -> None:
     )
     with tempfile.TemporaryDirectory() as tmp:
         for row in rows:
-            cfg = CONFIGS[row["config"]]
+            cfg = CUDA_CONFIGS[row["config"]]
             folder = Path(tmp) / cfg["arch"]
             if not folder.is_dir():  # the shape alone: the plan reads config.json, never a weight
                 AutoConfig.for_model(**ARCHS[cfg["arch"]]).save_pretrained(folder)
