@@ -232,7 +232,14 @@ CPU32_MATRIX = {
     for name, cfg in CPU_MATRIX.items()
     if cfg["method"] != "qlora" and cfg["optim"] == "adamw_torch"
 }
-MATRICES = {"cpu": CPU_MATRIX, "cpu32": CPU32_MATRIX, "cuda": CUDA_MATRIX, "cuda3": CUDA_MATRIX_3, "cuda4": CUDA_MATRIX_4, "tiny": TINY_MATRIX}
+MATRICES = {
+    "cpu": CPU_MATRIX,
+    "cpu32": CPU32_MATRIX,
+    "cuda": CUDA_MATRIX,
+    "cuda3": CUDA_MATRIX_3,
+    "cuda4": CUDA_MATRIX_4,
+    "tiny": TINY_MATRIX,
+}
 
 
 def recipe_dict(model_dir: Path, cfg: dict) -> dict:

@@ -17,7 +17,6 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 from memory import ARCHS, CUDA_CONFIGS, recipe_dict  # noqa: E402
 
 
-
 def main() -> None:
     from transformers import AutoConfig
 
