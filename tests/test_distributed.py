@@ -43,7 +43,7 @@ def recipe_with(tmp_path, tiny_llama, **distributed):
 )
 def test_generated_configs_load_in_accelerate(tmp_path, tiny_llama, strategy, kind, check):
     recipe = recipe_with(tmp_path, tiny_llama, num_processes=4, strategy=strategy)
-    path = write_accelerate_config(recipe, tmp_path, on_cpu=False)
+    path = write_accelerate_config(recipe.distributed, recipe.model, tmp_path, on_cpu=False)
     config = load_config_from_file(str(path))  # accelerate's own loader rejects unknown keys and bad values
     assert config.distributed_type.value == kind
     assert config.num_processes == 4 and config.num_machines == 1
@@ -64,7 +64,8 @@ def test_multi_node_settings_reach_accelerate(tmp_path, tiny_llama):
         main_process_port=29500,
         strategy="zero3",
     )
-    config = load_config_from_file(str(write_accelerate_config(recipe, tmp_path, on_cpu=False)))
+    path = write_accelerate_config(recipe.distributed, recipe.model, tmp_path, on_cpu=False)
+    config = load_config_from_file(str(path))
     assert (config.num_machines, config.machine_rank, config.main_process_ip, config.main_process_port) == (
         2,
         1,
@@ -80,7 +81,7 @@ def test_users_own_accelerate_config_is_used_as_is(tmp_path, tiny_llama):
     own = tmp_path / "mine.yaml"
     own.write_text("compute_environment: LOCAL_MACHINE\ndistributed_type: MULTI_GPU\nnum_processes: 2\n")
     recipe = recipe_with(tmp_path, tiny_llama, num_processes=2, accelerate_config=str(own))
-    assert write_accelerate_config(recipe, tmp_path / "run", on_cpu=False) == own
+    assert write_accelerate_config(recipe.distributed, recipe.model, tmp_path / "run", on_cpu=False) == own
     with pytest.raises(UserError) as missing:
         recipe_with(tmp_path, tiny_llama, accelerate_config=str(tmp_path / "nope.yaml"))
     assert "distributed.accelerate_config" in str(missing.value)

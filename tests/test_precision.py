@@ -38,8 +38,8 @@ def test_auto_follows_the_weights_then_the_hardware(tmp_path, tiny_llama, dtype,
     recipe = load_recipe(
         write_recipe(tmp_path, tiny_llama), [f"model.dtype={dtype}", f"model.mixed_precision={chosen}"]
     )
-    assert mixed_precision(recipe, native_bf16=native) == expected
-    kwargs = grpo_config_kwargs(recipe, tmp_path, on_cpu=True, mixed=mixed_precision(recipe, native))
+    assert mixed_precision(recipe.model, native_bf16=native) == expected
+    kwargs = grpo_config_kwargs(recipe, tmp_path, on_cpu=True, mixed=mixed_precision(recipe.model, native))
     # Always explicit: TRL's own default (bf16=True) would emulate bfloat16 on CPUs without it.
     assert (kwargs["bf16"], kwargs["fp16"]) == (expected == "bf16", expected == "fp16")
 

@@ -151,7 +151,7 @@ def test_a_warmup_on_traces_trains_the_models_turns_only_then_grpo_calls_the_too
         )
     )
     examples = training_examples(recipe)
-    trainer = sft_trainer(recipe, tmp_path / "sft", warmup_setup(recipe), examples.rows, [])
+    trainer = sft_trainer(recipe.warmup, recipe.training, tmp_path / "sft", warmup_setup(recipe), examples.rows, [])
     assert trainer.args.assistant_only_loss
     row = trainer.train_dataset[0]
     tokenizer = trainer.processing_class

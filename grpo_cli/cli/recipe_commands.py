@@ -23,7 +23,7 @@ def validate(recipe: RecipeArg, overrides: OverridesArg = None) -> None:
 
     with user_errors():
         loaded = load_recipe(recipe, overrides)
-        check_strategy_here(loaded)  # what this machine would silently replace (FSDP on a CPU)
+        check_strategy_here(loaded.distributed)  # what this machine would silently replace (FSDP on a CPU)
     typer.echo(yaml.safe_dump(loaded.model_dump(mode="json"), sort_keys=False, allow_unicode=True), nl=False)
     typer.echo(
         f"# OK: {recipe} ({loaded.method}, generation batch {loaded.generation_batch_size} completions = "

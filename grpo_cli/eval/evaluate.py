@@ -243,8 +243,8 @@ def compute_dtype(recipe: Recipe) -> str:
     """The dtype generation runs in: training's matmul precision (bitsandbytes-quantized models keep theirs)."""
     import torch
 
-    from grpo_cli.recipe.precision import inference_dtype
+    from grpo_cli.recipe.precision import precision_here
 
     if recipe.quantization is not None:
         return recipe.model.dtype
-    return inference_dtype(recipe, on_cpu=not torch.cuda.is_available())
+    return precision_here(recipe.model, on_cpu=not torch.cuda.is_available()).inference_dtype

@@ -36,7 +36,7 @@ def mixed_precision_on(recipe: Recipe, device: str) -> str:
     """The run's mixed precision: GPUs are taken to compute bfloat16 (Ampere and later); a CPU is asked."""
     from grpo_cli.recipe.precision import cpu_computes_bf16, mixed_precision
 
-    return mixed_precision(recipe, native_bf16=device != "cpu" or cpu_computes_bf16())
+    return mixed_precision(recipe.model, native_bf16=device != "cpu" or cpu_computes_bf16())
 
 
 def static_terms(recipe: Recipe, arch: Architecture, device: str, w: int) -> list[Term]:

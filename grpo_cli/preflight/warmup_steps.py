@@ -47,7 +47,8 @@ def time_warmup(recipe: Recipe, work: Path, steps: int = 2, show=lambda text, ne
             times[-1] = time.perf_counter() - times[-1]
 
     trainer = sft_trainer(
-        recipe,
+        warm,
+        recipe.training,
         work / "warmup",
         warmup_setup(recipe),
         examples.rows,
@@ -59,4 +60,4 @@ def time_warmup(recipe: Recipe, work: Path, steps: int = 2, show=lambda text, ne
     )
     trainer.train()
     rows = len(trainer.train_dataset)  # for `self` an upper bound: sampling keeps at most one example a prompt
-    return WarmupTiming(rows, total_steps(recipe, rows), times[-1], note)
+    return WarmupTiming(rows, total_steps(warm, rows), times[-1], note)

@@ -221,7 +221,7 @@ def trl_problems(recipe: Recipe) -> list[tuple[KeyPath, str]]:
     from trl import GRPOConfig
 
     from grpo_cli.recipe.grpo_config import grpo_config_kwargs
-    from grpo_cli.recipe.precision import mixed_precision_here
+    from grpo_cli.recipe.precision import precision_here
 
     names = [f.name for f in dataclasses.fields(GRPOConfig)]
     first_class = grpo_config_kwargs(recipe.model_copy(update={"trl": {}}), Path("."))
@@ -239,10 +239,8 @@ def trl_problems(recipe: Recipe) -> list[tuple[KeyPath, str]]:
         return out
     with tempfile.TemporaryDirectory() as tmp:
         try:
-            on_cpu = not torch.cuda.is_available()
-            GRPOConfig(
-                **grpo_config_kwargs(recipe, Path(tmp), on_cpu=on_cpu, mixed=mixed_precision_here(recipe, on_cpu))
-            )
+            precision = precision_here(recipe.model, on_cpu=not torch.cuda.is_available())
+            GRPOConfig(**grpo_config_kwargs(recipe, Path(tmp), on_cpu=precision.on_cpu, mixed=precision.mixed))
         except (ValueError, TypeError) as exc:
             out.append((("trl",), f"GRPOConfig rejects these settings: {exc}"))
     return out

@@ -9,9 +9,10 @@ CPU without it, oneDNN emulates bfloat16 and a step is several times slower than
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 
-from grpo_cli.recipe.schema import Recipe
+from grpo_cli.recipe.schema import ModelSection
 
 # /proc/cpuinfo flags of x86 CPUs whose vector units multiply bfloat16 (Zen 4 and later, Cooper Lake, Sapphire Rapids).
 NATIVE_BF16_CPU_FLAGS = frozenset({"avx512_bf16", "amx_bf16"})
@@ -31,43 +32,55 @@ def cpu_computes_bf16(cpuinfo: Path = Path("/proc/cpuinfo")) -> bool:
     return False
 
 
-def mixed_precision(recipe: Recipe, native_bf16: bool) -> str:
-    """`bf16`, `fp16` or `no` for this recipe on hardware that does (or does not) compute bfloat16 natively."""
-    chosen = recipe.model.mixed_precision
+def mixed_precision(model: ModelSection, native_bf16: bool) -> str:
+    """`bf16`, `fp16` or `no` for this model section on hardware that does (or does not) compute bfloat16 natively."""
+    chosen = model.mixed_precision
     if chosen != "auto":
         return chosen
-    if recipe.model.dtype in BY_WEIGHTS:
-        return BY_WEIGHTS[recipe.model.dtype]
+    if model.dtype in BY_WEIGHTS:
+        return BY_WEIGHTS[model.dtype]
     return "bf16" if native_bf16 else "no"
 
 
-def mixed_precision_here(recipe: Recipe, on_cpu: bool) -> str:
-    """`mixed_precision` on this machine's hardware (asked only when `auto` meets float32 weights)."""
-    if recipe.model.mixed_precision != "auto" or recipe.model.dtype != "float32":
-        return mixed_precision(recipe, native_bf16=False)
-    if on_cpu:
-        return mixed_precision(recipe, cpu_computes_bf16())
-    import torch  # only the GPU's answer needs it: recipe/ and `grpo plan` run without torch
+@dataclass(frozen=True)
+class Precision:
+    """How a command holds and multiplies the policy on this machine, decided once (`precision_here`): training keeps
+    its weights in `dtype` and multiplies under `mixed`; evaluation casts the weights once to `inference_dtype`."""
 
-    return mixed_precision(recipe, bool(torch.cuda.is_bf16_supported()))
+    dtype: str  # model.dtype
+    mixed: str  # bf16, fp16 or no
+    on_cpu: bool
+
+    @property
+    def inference_dtype(self) -> str:
+        """The dtype evaluation generates in: the one training multiplies in. Without gradients nothing needs float32
+        master weights, so the weights themselves are cast once (autocast would cast every weight again at every
+        decode step); throughput and accuracy in both dtypes: benchmarks/eval_precision.txt."""
+        return {"bf16": "bfloat16", "fp16": "float16"}.get(self.mixed, self.dtype)
+
+    def label(self, method: str) -> str:
+        """`float32`, `float32 weights, bf16 matmuls` or (LoRA) `float32 adapters, bf16 matmuls and frozen weights`:
+        what the run header says about precision."""
+        if self.mixed in ("no", BY_WEIGHTS.get(self.dtype)):
+            return self.dtype
+        if method == "lora":  # grpo_cli/train/frozen_weights.py
+            return f"{self.dtype} adapters, {self.mixed} matmuls and frozen weights"
+        return f"{self.dtype} weights, {self.mixed} matmuls"
 
 
-def inference_dtype(recipe: Recipe, on_cpu: bool) -> str:
-    """The dtype evaluation generates in: the one training multiplies in. Without gradients nothing needs float32
-    master weights, so the weights themselves are cast once (autocast would cast every weight again at every decode
-    step); throughput and accuracy in both dtypes: benchmarks/eval_precision.txt."""
-    mixed = mixed_precision_here(recipe, on_cpu)
-    return {"bf16": "bfloat16", "fp16": "float16"}.get(mixed, recipe.model.dtype)
+def precision_here(model: ModelSection, on_cpu: bool | None = None) -> Precision:
+    """The precision on this machine (`on_cpu` None: asks torch). The hardware is asked only when `auto` meets
+    float32 weights."""
+    if on_cpu is None:
+        import torch  # only a question for the hardware needs it: recipe/ and `grpo plan` run without torch
 
+        on_cpu = not torch.cuda.is_available()
+    if model.mixed_precision != "auto" or model.dtype != "float32":
+        mixed = mixed_precision(model, native_bf16=False)
+    elif on_cpu:
+        mixed = mixed_precision(model, cpu_computes_bf16())
+    else:
+        import torch
 
-def precision_label(recipe: Recipe) -> str:
-    """`float32`, `float32 weights, bf16 matmuls` or (LoRA) `float32 adapters, bf16 matmuls and frozen weights`: what
-    the run header says about precision."""
-    import torch
-
-    mixed = mixed_precision_here(recipe, on_cpu=not torch.cuda.is_available())
-    if mixed in ("no", BY_WEIGHTS.get(recipe.model.dtype)):
-        return recipe.model.dtype
-    if recipe.lora is not None and recipe.quantization is None:  # grpo_cli/train/frozen_weights.py
-        return f"{recipe.model.dtype} adapters, {mixed} matmuls and frozen weights"
-    return f"{recipe.model.dtype} weights, {mixed} matmuls"
+        mixed = mixed_precision(model, bool(torch.cuda.is_bf16_supported()))
+    return Precision(model.dtype, mixed, on_cpu)

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from grpo_cli.errors import UserError
 from grpo_cli.recipe.checks import data_file_problem
-from grpo_cli.recipe.schema import Recipe
+from grpo_cli.recipe.schema import LoraSection, Recipe
 from grpo_cli.recipe.sources import LOCAL_DATA_SUFFIXES, looks_like_path, model_location
 from grpo_cli.recipe.warmup_section import REFERENCE, SELF
 from grpo_cli.recipe.yaml_source import KeyPath
@@ -86,12 +86,13 @@ def adapter_problems(recipe: Recipe) -> list[tuple[KeyPath, str]]:
         if looks_like_path(adapter):
             return [(("lora", "adapter"), f"no such adapter folder: {path} (relative paths start at {Path.cwd()})")]
         return []
-    problem = adapter_mismatch(path, recipe)
+    problem = adapter_mismatch(path, recipe.model.name, recipe.lora)
     return [(("lora", "adapter"), problem)] if problem else []
 
 
-def adapter_mismatch(folder: Path, recipe: Recipe) -> str | None:
-    """Why the PEFT adapter in `folder` cannot start this recipe's run (another model, another LoRA shape), or None."""
+def adapter_mismatch(folder: Path, model_name: str, lora: LoraSection) -> str | None:
+    """Why the PEFT adapter in `folder` cannot start a run of `model_name` with `lora` (another model, another LoRA
+    shape), or None."""
     try:
         config = json.loads((folder / ADAPTER_CONFIG).read_text(encoding="utf-8"))
     except OSError:
@@ -101,10 +102,10 @@ def adapter_mismatch(folder: Path, recipe: Recipe) -> str | None:
     if not isinstance(config, dict) or config.get("peft_type") != "LORA":
         kind = config.get("peft_type") if isinstance(config, dict) else None
         return f"{folder} holds a {kind or 'non-LoRA'} adapter; grpo trains LoRA adapters"
-    recorded, lora = config.get("base_model_name_or_path"), recipe.lora
-    if not same_model(recorded, recipe.model.name):
+    recorded = config.get("base_model_name_or_path")
+    if not same_model(recorded, model_name):
         return (
-            f"{folder} was trained on `{recorded}`, not on model.name `{recipe.model.name}`: an adapter only fits "
+            f"{folder} was trained on `{recorded}`, not on model.name `{model_name}`: an adapter only fits "
             "the model it was trained on; set model.name to its base model"
         )
     for key, theirs, ours in (("r", config.get("r"), lora.r), ("alpha", config.get("lora_alpha"), lora.alpha)):

@@ -15,7 +15,7 @@ from typing import Any
 import yaml
 
 from grpo_cli.recipe.machine import DistributedSection
-from grpo_cli.recipe.schema import Recipe
+from grpo_cli.recipe.schema import ModelSection, Recipe
 from grpo_cli.runs.layout import ACCELERATE_CONFIG_FILE, RANK_RECIPE_FILE
 
 LAUNCHED_ENV = "GRPO_LAUNCHED"  # set for the launched ranks: they train instead of launching again
@@ -29,8 +29,8 @@ def process_rank() -> int:
     return int(os.environ.get("RANK", "0"))
 
 
-def wants_launch(recipe: Recipe) -> bool:
-    return not is_launched_rank() and (recipe.num_processes > 1 or recipe.distributed.accelerate_config is not None)
+def wants_launch(d: DistributedSection) -> bool:
+    return not is_launched_rank() and (d.num_processes > 1 or d.accelerate_config is not None)
 
 
 def check_engine(d: DistributedSection) -> None:
@@ -58,12 +58,11 @@ FSDP_ON_CPU = (
 )
 
 
-def check_strategy_here(recipe: Recipe) -> None:
+def check_strategy_here(d: DistributedSection) -> None:
     """Refuse a strategy this machine would silently replace, before any rank starts."""
     from grpo_cli.errors import UserError
 
-    d = recipe.distributed
-    if recipe.num_processes < 2 or d.accelerate_config is not None or d.strategy != "fsdp":
+    if d.num_processes < 2 or d.accelerate_config is not None or d.strategy != "fsdp":
         return
     import torch
 
@@ -75,7 +74,7 @@ def check_strategy_here(recipe: Recipe) -> None:
 TRL_CONFIGS = {"ddp": "multi_gpu", "fsdp": "fsdp2", "zero2": "zero2", "zero3": "zero3"}
 
 
-def accelerate_config(recipe: Recipe, on_cpu: bool) -> dict[str, Any]:
+def accelerate_config(d: DistributedSection, model: ModelSection, on_cpu: bool) -> dict[str, Any]:
     """TRL's shipped accelerate config for the recipe's strategy, with this run's keys set on top.
 
     On CPU the ranks still start through the torchrun-based launcher (accelerate's own CPU mode needs mpirun); each
@@ -84,9 +83,8 @@ def accelerate_config(recipe: Recipe, on_cpu: bool) -> dict[str, Any]:
     import importlib.util
 
     from grpo_cli.errors import UserError
-    from grpo_cli.recipe.precision import mixed_precision_here
+    from grpo_cli.recipe.precision import precision_here
 
-    d = recipe.distributed
     spec = importlib.util.find_spec("trl")
     path = Path(list(spec.submodule_search_locations)[0]) / "accelerate_configs" / f"{TRL_CONFIGS[d.strategy]}.yaml"
     if not path.is_file():
@@ -102,7 +100,7 @@ def accelerate_config(recipe: Recipe, on_cpu: bool) -> dict[str, Any]:
         num_processes=d.num_processes,
         num_machines=d.num_machines,
         machine_rank=d.machine_rank,
-        mixed_precision=mixed_precision_here(recipe, on_cpu),
+        mixed_precision=precision_here(model, on_cpu).mixed,
     )
     if d.main_process_ip:
         config["main_process_ip"] = d.main_process_ip
@@ -111,12 +109,12 @@ def accelerate_config(recipe: Recipe, on_cpu: bool) -> dict[str, Any]:
     return config
 
 
-def write_accelerate_config(recipe: Recipe, directory: Path, on_cpu: bool) -> Path:
+def write_accelerate_config(d: DistributedSection, model: ModelSection, directory: Path, on_cpu: bool) -> Path:
     """The user's own accelerate config when the recipe names one, else one generated into the run directory."""
-    if recipe.distributed.accelerate_config:
-        return Path(recipe.distributed.accelerate_config).expanduser()
+    if d.accelerate_config:
+        return Path(d.accelerate_config).expanduser()
     path = directory / ACCELERATE_CONFIG_FILE
-    path.write_text(yaml.safe_dump(accelerate_config(recipe, on_cpu), sort_keys=False), encoding="utf-8")
+    path.write_text(yaml.safe_dump(accelerate_config(d, model, on_cpu), sort_keys=False), encoding="utf-8")
     return path
 
 
@@ -144,10 +142,11 @@ def launch(recipe: Recipe, resume: bool, echo=print) -> int:
     from grpo_cli.train.runtime import check_runtime
 
     check_runtime(recipe)
-    check_strategy_here(recipe)
+    check_strategy_here(recipe.distributed)
     check_engine(recipe.distributed)
     prepare_run_dir(recipe, resume)
-    config = write_accelerate_config(recipe, recipe.output_dir, on_cpu=not torch.cuda.is_available())
+    on_cpu = not torch.cuda.is_available()
+    config = write_accelerate_config(recipe.distributed, recipe.model, recipe.output_dir, on_cpu)
     rank_recipe = recipe.output_dir / RANK_RECIPE_FILE
     write_resolved_recipe(recipe, rank_recipe)
     echo(f"launching {recipe.num_processes} processes ({recipe.distributed.strategy}) with accelerate: {config}")

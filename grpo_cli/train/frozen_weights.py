@@ -30,17 +30,12 @@ def frozen_linears(model) -> list:
     ]
 
 
-def planned_dtype(recipe, mixed: str) -> str | None:
-    """The dtype `narrow` will give the frozen Linear weights, decided from the recipe before the model loads (so
-    load_model can keep them as a checkpoint stores them); None when it will not apply."""
-    if (
-        recipe.lora is None
-        or recipe.quantization is not None
-        or recipe.model.dtype != "float32"
-        or recipe.grpo.use_vllm
-        or recipe.distributed.strategy in ("zero3", "fsdp")
-        or recipe.distributed.accelerate_config
-    ):  # a user's own config may shard
+def planned_dtype(method: str, weights_dtype: str, use_vllm: bool, sharded: bool, mixed: str) -> str | None:
+    """The dtype `narrow` will give the frozen Linear weights, decided before the model loads (so load_model can
+    keep them as a checkpoint stores them); None when it will not apply: not LoRA (full fine-tuning trains every
+    weight, QLoRA's are quantized), weights not float32, vLLM generating, or the model sharded (FSDP, ZeRO-3, or a
+    user's own accelerate config, which may shard)."""
+    if method != "lora" or weights_dtype != "float32" or use_vllm or sharded:
         return None
     return AUTOCAST_DTYPES.get(mixed)
 

@@ -44,7 +44,7 @@ def run(
     skip_unused_bitsandbytes(recipe, own_process)
     # One run at a time in a run directory; under `accelerate launch` the launcher holds it for its ranks.
     with nullcontext() if distributed.is_launched_rank() else sole_writer(recipe.output_dir, "grpo train"):
-        if distributed.wants_launch(recipe):
+        if distributed.wants_launch(recipe.distributed):
             return distributed.launch(recipe, resume, echo=echo)
         try:
             result = train(recipe, resume=resume, validate=validate)
@@ -58,10 +58,13 @@ def train(
     recipe: Recipe, resume: bool = False, console: Console | None = None, validate: Validate | None = None
 ) -> TrainResult:
     """Run a recipe to the end (or to Ctrl-C), writing everything a run keeps into its run directory."""
-    from grpo_cli.recipe.precision import precision_label
+    from grpo_cli.recipe.precision import precision_here
+    from grpo_cli.runs.model_card import write_model_card
     from grpo_cli.train.callbacks import InterruptCallback
     from grpo_cli.train.distributed import process_rank
-    from grpo_cli.train.warmup import before_grpo, early_examples
+    from grpo_cli.train.stage import stage_display
+    from grpo_cli.train.start_weights import named_adapter
+    from grpo_cli.train.warmup import WarmupOutcome, early_examples, run_warmup
 
     # Under `accelerate launch` every rank runs this; only rank 0 talks, and the launcher made the run directory.
     console = console or Console(stderr=True, quiet=process_rank() != 0)
@@ -70,38 +73,45 @@ def train(
     if early is not None and validate is not None and recipe.validation is not None:
         _warn_warmup_asks_validation(early, validate, console)
     checkpoint = _start(recipe, resume, console)
+    run_dir = recipe.output_dir
     # soft_wrap: each warning stays one line in a log file (the terminal still wraps it for the eye).
     warn = partial(console.print, style="yellow", highlight=False, soft_wrap=True)
     reward_funcs = guarded_rewards(recipe, warn=warn)
     console.print(
         f"[bold]grpo train[/] {recipe.run_name}: {recipe.method} on {recipe.model.name} "
-        f"({precision_label(recipe)}) -> {recipe.output_dir}"
+        f"({precision_here(recipe.model).label(recipe.method)}) -> {run_dir}"
     )
     for line in ram_warning(recipe):
         console.print(line, style="yellow", highlight=False, soft_wrap=True)
-    start = before_grpo(recipe, console, resume, early)
+    # What GRPO starts from: the warm-up's weights (trained now unless finished earlier), else the adapter
+    # lora.adapter names, else the recipe's model as it is (final_dir None).
+    if recipe.warmup is not None:
+        start = run_warmup(recipe, console, resume, early)
+    else:
+        start = WarmupOutcome(named_adapter(recipe.model.name, recipe.lora), False)
     if start.interrupted:  # in the warm-up: its checkpoint holds the finished steps
-        return TrainResult(recipe.output_dir, 0, True, None, [])
+        return TrainResult(run_dir, 0, True, None, [])
     interrupt = InterruptCallback()
     trainer, prepared = build_trainer(
-        recipe, recipe.output_dir, [interrupt], reward_funcs, warn=warn, start_weights=start.final_dir
+        recipe, run_dir, [interrupt], reward_funcs, warn=warn, start_weights=start.final_dir
     )
     for line in prepared.report(recipe):
         console.print(line, highlight=False)
-    display, metrics = _watch(trainer, recipe, console, len(prepared.dataset), reward_funcs[0], checkpoint)
+    display = stage_display(console, recipe.total_steps(len(prepared.dataset)), checkpoint)
+    metrics = _watch(trainer, display, recipe.training.log_completions, reward_funcs[0])
     if validate is not None and recipe.validation is not None:
-        _validate_while_training(trainer, recipe, validate, display, metrics, interrupt)
-    _run_steps(trainer, recipe, checkpoint, display, interrupt)
-    final_dir = _save_final(trainer, recipe, interrupt.requested, console)
+        _validate_while_training(trainer, recipe.validation.every_steps, validate, display, metrics, interrupt)
+    _run_steps(trainer, checkpoint, display, interrupt)
+    final_dir = _save_final(trainer, interrupt.requested, console)
+    if trainer.is_world_process_zero():  # after the last save: TRL and PEFT each write their stock card there
+        write_model_card(run_dir, recipe)
     console.print(display.summary())
     if display.validations:
         console.print(best_line(display.validations), highlight=False, soft_wrap=True)
     if final_dir:
-        console.print(
-            f"saved {'adapter' if recipe.lora else 'model'} to {final_dir}; plot with: grpo report {recipe.output_dir}"
-        )
+        console.print(f"saved {'adapter' if recipe.lora else 'model'} to {final_dir}; plot with: grpo report {run_dir}")
     return TrainResult(
-        recipe.output_dir,
+        run_dir,
         trainer.state.global_step,
         interrupt.requested,
         final_dir,
@@ -110,25 +120,19 @@ def train(
     )
 
 
-def _watch(trainer, recipe: Recipe, console: Console, rows: int, recorder, checkpoint: Path | None):
-    """The progress display, fed by the step's phases and by the callback that writes metrics.jsonl (each one added
-    to the trainer, the metrics first); a resumed run counts on from its checkpoint's step."""
-    from grpo_cli.runs.layout import checkpoint_step
+def _watch(trainer, display, log_completions: int, recorder):
+    """The callback that writes metrics.jsonl and feeds `display`, first of the trainer's callbacks, and the step's
+    phases on the display; the batch shapes are the ones TRL resolved (trainer.args)."""
     from grpo_cli.train.callbacks import MetricsCallback
-    from grpo_cli.train.display import TrainingDisplay
     from grpo_cli.train.phases import StepPhases
 
-    display = TrainingDisplay(console, recipe.total_steps(rows), checkpoint_step(checkpoint) if checkpoint else 0)
-    phases = StepPhases(
-        display.phase,
-        recipe.grpo.max_completion_length,
-        recipe.generation_batch_per_process,
-        recipe.training.gradient_accumulation_steps,
-    )
+    args = trainer.args
+    per_process = args.generation_batch_size // trainer.accelerator.num_processes
+    phases = StepPhases(display.phase, args.max_completion_length, per_process, args.gradient_accumulation_steps)
     metrics = MetricsCallback(
-        recipe.output_dir,
-        recipe.training.log_completions,
-        recipe.generation_batch_size,
+        Path(args.output_dir),
+        log_completions,
+        args.generation_batch_size,
         recorder,
         on_metrics=display.update,
         generation_seconds=phases.take_generation_seconds,
@@ -138,7 +142,7 @@ def _watch(trainer, recipe: Recipe, console: Console, rows: int, recorder, check
     callbacks = trainer.callback_handler.callbacks
     callbacks.insert(0, callbacks.pop(callbacks.index(metrics)))
     phases.install(trainer)
-    return display, metrics
+    return metrics
 
 
 def _warn_warmup_asks_validation(examples, validate: Validate, console: Console) -> None:
@@ -159,7 +163,7 @@ def _warn_warmup_asks_validation(examples, validate: Validate, console: Console)
         )
 
 
-def _validate_while_training(trainer, recipe: Recipe, validate: Validate, display, metrics, interrupt) -> None:
+def _validate_while_training(trainer, every_steps: int, validate: Validate, display, metrics, interrupt) -> None:
     """The held-out validation as a callback: its rows go into metrics.jsonl and onto the console, its seconds are
     left out of the training steps' times."""
     from grpo_cli.train.validation_callback import ValidationCallback
@@ -167,8 +171,8 @@ def _validate_while_training(trainer, recipe: Recipe, validate: Validate, displa
     trainer.add_callback(
         ValidationCallback(
             validate,
-            recipe.validation.every_steps,
-            recipe.output_dir,
+            every_steps,
+            Path(trainer.args.output_dir),
             show=display.phase,
             on_row=display.validated,
             exclude_seconds=metrics.exclude_seconds,
@@ -178,41 +182,32 @@ def _validate_while_training(trainer, recipe: Recipe, validate: Validate, displa
     )
 
 
-def _run_steps(trainer, recipe: Recipe, checkpoint: Path | None, display, interrupt) -> None:
-    """Train from `checkpoint` (None: step 0) under the display; Ctrl-C stops after a step, a failing reward or
-    environment stops with the finished steps saved."""
+def _run_steps(trainer, checkpoint: Path | None, display, interrupt) -> None:
+    """GRPO as a stage (stage.py); a failing reward or environment stops it with the finished steps saved."""
     from grpo_cli.reward_guard import RewardFailure
     from grpo_cli.tools.guard import EnvironmentFailure
+    from grpo_cli.train.stage import train_stage
 
-    interrupt.install()
     try:
-        with display:
-            trainer.train(resume_from_checkpoint=str(checkpoint) if checkpoint else None)
+        train_stage(trainer, display, interrupt, checkpoint)
     except RewardFailure as failure:
-        raise UserError(f"{failure}; {_save_after_failure(trainer, recipe)}", path="rewards") from None
+        raise UserError(f"{failure}; {_save_after_failure(trainer)}", path="rewards") from None
     except EnvironmentFailure as failure:
-        raise UserError(f"{failure}; {_save_after_failure(trainer, recipe)}", path="environment") from None
-    finally:
-        interrupt.uninstall()
+        raise UserError(f"{failure}; {_save_after_failure(trainer)}", path="environment") from None
 
 
-def _save_final(trainer, recipe: Recipe, interrupted: bool, console: Console) -> Path | None:
-    """The finished model in final/ (None when interrupted), then the model card over TRL's and PEFT's stock ones."""
+def _save_final(trainer, interrupted: bool, console: Console) -> Path | None:
+    """The finished model in final/ (None when interrupted)."""
     from grpo_cli.runs.layout import FINAL_DIR
-    from grpo_cli.runs.model_card import write_model_card
+    from grpo_cli.train.stage import interrupted_line
 
-    final_dir = None
     if interrupted:
-        console.print(f"interrupted at step {trainer.state.global_step}; continue with: grpo train <recipe> --resume")
-    else:
-        final_dir = recipe.output_dir / FINAL_DIR
-        trainer.save_model(str(final_dir))  # collective under FSDP/ZeRO-3: every rank takes part
-        if trainer.is_world_process_zero():
-            trainer.processing_class.save_pretrained(str(final_dir))
+        console.print(interrupted_line("", trainer.state.global_step))
+        return None
+    final_dir = Path(trainer.args.output_dir) / FINAL_DIR
+    trainer.save_model(str(final_dir))  # collective under FSDP/ZeRO-3: every rank takes part
     if trainer.is_world_process_zero():
-        write_model_card(
-            recipe.output_dir, recipe
-        )  # after the last save: TRL and PEFT each write their stock card there
+        trainer.processing_class.save_pretrained(str(final_dir))
     return final_dir
 
 
@@ -263,12 +258,12 @@ def _start(recipe: Recipe, resume: bool, console: Console) -> Path | None:
     return start.checkpoint
 
 
-def _save_after_failure(trainer, recipe: Recipe) -> str:
+def _save_after_failure(trainer) -> str:
     """Keep the steps that finished before a reward failed: a checkpoint of the last finished one, then the way on."""
     step = trainer.state.global_step
     if step == 0:
         return "no step had finished; fix the reward and run the same command again"
-    folder = recipe.output_dir / f"checkpoint-{step}"
+    folder = Path(trainer.args.output_dir) / f"checkpoint-{step}"
     if not folder.is_dir() and callable(getattr(trainer, "_save_checkpoint", None)):
         trainer._save_checkpoint(trainer.model, trial=None)  # the Trainer's own checkpoint writer: resumable as usual
     return f"{folder.name} holds the {step} finished step(s): fix the reward, then continue with --resume"

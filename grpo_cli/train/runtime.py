@@ -65,21 +65,17 @@ def check_runtime(recipe: Recipe) -> None:
     if recipe.model.dtype == "bfloat16" and cuda and not torch.cuda.is_bf16_supported():
         raise UserError("this GPU has no bfloat16; set model.dtype=float16 (or float32)", path="model.dtype")
     check_trackers(recipe.training.report_to)
-    _check_context(recipe)
+    from grpo_cli.plan import architectures
+
+    try:  # the budget against the model's context, where the plan's reader knows the model without loading it
+        arch = architectures.resolve(recipe)
+    except (UserError, KeyError, TypeError, ValueError, OSError):
+        arch = None  # a model the plan cannot read: nothing to check the budget against
+    if arch is not None:
+        architectures.check_context(recipe, arch)
     from grpo_cli.libraries import seams
 
     seams.check_trl()  # TRL's private names, before the warm-up or any weight loads
-
-
-def _check_context(recipe: Recipe) -> None:
-    """The budget against the model's context, where the plan's reader knows the model without loading it."""
-    from grpo_cli.plan import architectures
-
-    try:
-        arch = architectures.resolve(recipe)
-    except (UserError, KeyError, TypeError, ValueError, OSError):
-        return  # a model the plan cannot read: nothing to check the budget against
-    architectures.check_context(recipe, arch)
 
 
 def check_trackers(names: list[str]) -> None:

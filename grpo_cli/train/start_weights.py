@@ -7,15 +7,16 @@ from __future__ import annotations
 from pathlib import Path
 
 from grpo_cli.errors import UserError
-from grpo_cli.recipe.schema import Recipe
+from grpo_cli.recipe.schema import LoraSection
 from grpo_cli.recipe.warmup_checks import adapter_mismatch
 
 ADAPTER_KEY = "lora.adapter"
 
 
-def named_adapter(recipe: Recipe) -> Path | None:
-    """The folder of `lora.adapter` (a hub id downloaded first), checked against the recipe; None without one."""
-    adapter = recipe.lora.adapter if recipe.lora is not None else None
+def named_adapter(model_name: str, lora: LoraSection | None) -> Path | None:
+    """The folder of `lora.adapter` (a hub id downloaded first), checked against the model and LoRA shape; None
+    without one."""
+    adapter = lora.adapter if lora is not None else None
     if not adapter:
         return None
     folder = Path(adapter).expanduser()
@@ -27,52 +28,51 @@ def named_adapter(recipe: Recipe) -> Path | None:
         except Exception as exc:  # the hub raises many types (offline, not found, gated)
             reason = str(exc).strip().splitlines()[0][:200] if str(exc).strip() else type(exc).__name__
             raise UserError(f"cannot load adapter `{adapter}`: {reason}", path=ADAPTER_KEY) from None
-    problem = adapter_mismatch(folder, recipe)
+    problem = adapter_mismatch(folder, model_name, lora)
     if problem:
         raise UserError(problem, path=ADAPTER_KEY)
     return folder
 
 
-def start_from(model, weights: Path, recipe: Recipe, key: str = ADAPTER_KEY):
+def start_from(model, weights: Path, model_name: str, lora: LoraSection | None, key: str = ADAPTER_KEY):
     """The model carrying `weights`: a LoRA recipe's model wrapped in a trainable PeftModel with that adapter (TRL then
     trains it as it is, and with grpo.beta > 0 keeps a frozen copy of it as the KL reference); a full fine-tuning
     recipe's model with every weight replaced. `key` is the recipe key the weights came from, named in errors."""
-    if recipe.lora is not None:
-        return _with_adapter(model, weights, recipe, key)
+    if lora is not None:
+        return _with_adapter(model, weights, model_name, lora, key)
     _replace_weights(model, weights, key)
     return model
 
 
-def _with_adapter(model, folder: Path, recipe: Recipe, key: str):
+def _with_adapter(model, folder: Path, model_name: str, lora: LoraSection, key: str):
     from peft import PeftModel
     from peft.utils import get_peft_model_state_dict
     from safetensors.torch import load_file
 
-    problem = adapter_mismatch(folder, recipe)
+    problem = adapter_mismatch(folder, model_name, lora)
     if problem:
         raise UserError(problem, path=key)
     try:
         peft_model = PeftModel.from_pretrained(model, str(folder), is_trainable=True)
     except (RuntimeError, ValueError, KeyError, OSError) as exc:  # size mismatch, targets the model lacks
-        raise UserError(f"{folder} does not fit {recipe.model.name}: {_first_line(exc)}", path=key) from None
+        raise UserError(f"{folder} does not fit {model_name}: {_first_line(exc)}", path=key) from None
     weights = folder / "adapter_model.safetensors"
     stored = load_file(str(weights)) if weights.is_file() else {}
     loaded = get_peft_model_state_dict(peft_model)
     missing = [name for name in stored if name not in loaded or loaded[name].shape != stored[name].shape]
     if missing:
-        raise UserError(f"{folder} holds weights {recipe.model.name} has no place for ({missing[0]})", path=key)
-    _check_targets(peft_model, recipe, folder, key)
+        raise UserError(f"{folder} holds weights {model_name} has no place for ({missing[0]})", path=key)
+    _check_targets(peft_model, lora.target_modules, folder, key)
     return peft_model
 
 
-def _check_targets(peft_model, recipe: Recipe, folder: Path, key: str) -> None:
+def _check_targets(peft_model, targets: list[str], folder: Path, key: str) -> None:
     """The adapter must adapt every Linear layer the recipe's lora.target_modules names (`all-linear`: all but the
     output layer): PEFT keeps the adapter's own targets, so a narrower adapter would silently train fewer layers."""
     import torch
 
     base = peft_model.get_base_model()
     output = base.get_output_embeddings()
-    targets = recipe.lora.target_modules
     wanted, adapted = set(), set()
     for name, module in base.named_modules():
         if hasattr(module, "lora_A") and "default" in module.lora_A:

@@ -6,6 +6,7 @@ from contextlib import nullcontext
 from pathlib import Path
 
 from grpo_cli.progress import quiet_libraries
+from grpo_cli.recipe.precision import Precision, precision_here
 from grpo_cli.recipe.schema import Recipe
 
 
@@ -38,33 +39,32 @@ def build_trainer(
     tools, environment_factory = recipe_tools(recipe, tokenizer, warn)
     prepared = data.prepare(recipe.data, tokenizer, seed=recipe.training.seed, tools=tools)
     prepared.check_enough(recipe)  # before the model loads: too few usable rows for one step is refused here
-    on_cpu, mixed = _precision_here(recipe)
+    precision = precision_here(recipe.model)
     engine_settings = nullcontext()
-    if on_cpu and recipe.grpo.use_vllm:
-        from grpo_cli.recipe.precision import inference_dtype
+    if precision.on_cpu and recipe.grpo.use_vllm:
         from grpo_cli.train.vllm_cpu import cpu_engine_settings, prepare_environment
 
         seams.check_weight_sync()  # before any weight loads (preflight comes here without grpo train's runtime check)
         prepare_environment(recipe)  # before TRL builds the engine inside the trainer
-        engine_settings = cpu_engine_settings(inference_dtype(recipe, on_cpu=True))
-    model = _load_model(recipe, on_cpu, mixed)
+        engine_settings = cpu_engine_settings(precision.inference_dtype)
+    model = load_policy(recipe, precision)
     peft_config = models.lora_config(recipe.lora) if recipe.lora is not None else None
     if start_weights is not None:  # the same adapter keeps training: TRL takes the PEFT model as it is
         from grpo_cli.train.start_weights import start_from
 
-        model, peft_config = start_from(model, start_weights, recipe), None
+        model, peft_config = start_from(model, start_weights, recipe.model.name, recipe.lora), None
     with engine_settings:  # TRL starts a colocated vLLM engine inside the constructor
         trainer = RecipeTrainer(
             model=model,
             reward_funcs=guarded_rewards(recipe) if reward_funcs is None else reward_funcs,
-            args=GRPOConfig(**grpo_config_kwargs(recipe, run_dir, on_cpu=on_cpu, mixed=mixed)),
+            args=GRPOConfig(**grpo_config_kwargs(recipe, run_dir, on_cpu=precision.on_cpu, mixed=precision.mixed)),
             train_dataset=prepared.dataset,
             processing_class=tokenizer,
             peft_config=peft_config,
             callbacks=callbacks,
             tools=tools,
             environment_factory=environment_factory,
-            mixed_precision=mixed,
+            mixed_precision=precision.mixed,
             zero_variance_mode=recipe.grpo.zero_variance_groups,
             zero_variance_rounds=recipe.grpo.zero_variance_rounds,
         )
@@ -74,26 +74,19 @@ def build_trainer(
     return trainer, prepared
 
 
-def _precision_here(recipe: Recipe) -> tuple[bool, str]:
-    """Whether this machine trains on its CPU, and the mixed precision the recipe resolves to here."""
-    import torch
-
-    from grpo_cli.recipe.precision import mixed_precision_here
-
-    on_cpu = not torch.cuda.is_available()
-    return on_cpu, mixed_precision_here(recipe, on_cpu)
-
-
-def _load_model(recipe: Recipe, on_cpu: bool, mixed: str):
-    """The model, its frozen weights loaded in the dtype they will train in (frozen_weights.py)."""
+def load_policy(recipe: Recipe, precision: Precision):
+    """The policy as training holds it, the warm-up and GRPO alike: its weights in `precision.dtype`, and a LoRA run
+    under autocast keeps its frozen Linears in the autocast dtype from the start (frozen_weights.py)."""
     from grpo_cli import models
     from grpo_cli.train.frozen_weights import planned_dtype
 
-    if on_cpu:
+    if precision.on_cpu:
         from grpo_cli.libraries.seams import narrow_head_tiles
 
         narrow_head_tiles()
-    return models.load_model(recipe.model, recipe.quantization, planned_dtype(recipe, mixed))
+    sharded = recipe.distributed.strategy in ("zero3", "fsdp") or bool(recipe.distributed.accelerate_config)
+    frozen = planned_dtype(recipe.method, recipe.model.dtype, recipe.grpo.use_vllm, sharded, precision.mixed)
+    return models.load_model(recipe.model, recipe.quantization, frozen)
 
 
 def guarded_rewards(recipe: Recipe, warn=print) -> list:

@@ -28,15 +28,15 @@ from grpo_cli.recipe.schema import Recipe
 
 
 def prepare_environment(recipe: Recipe) -> None:
-    """Set vLLM's settings for this process before TRL builds the engine (a user's own KV cache size is kept); the KV
-    cache is the size `grpo plan` counts (plan/vllm_memory.py)."""
+    """Set vLLM's settings for this process before TRL builds the engine (a user's own KV cache size is kept): the
+    dtype training multiplies in, and the KV cache `grpo plan` counts for the generation batch (plan/vllm_memory.py)."""
     from grpo_cli.libraries.vllm_settings import engine_settings
     from grpo_cli.plan import architectures
     from grpo_cli.plan.vllm_memory import kv_cache_space_gib
-    from grpo_cli.recipe.precision import inference_dtype
+    from grpo_cli.recipe.precision import precision_here
 
     kv = kv_cache_space_gib(recipe, architectures.resolve(recipe))
-    engine_settings(inference_dtype(recipe, on_cpu=True), on_gpu=False, kv_gib=kv)
+    engine_settings(precision_here(recipe.model, on_cpu=True).inference_dtype, on_gpu=False, kv_gib=kv)
 
 
 def cpu_engine_settings(dtype: str):

@@ -15,8 +15,10 @@ from typing import Any
 from rich.console import Console
 
 from grpo_cli.errors import UserError
-from grpo_cli.recipe.schema import Recipe
-from grpo_cli.recipe.warmup_section import SELF
+from grpo_cli.recipe.precision import Precision, precision_here
+from grpo_cli.recipe.schema import DataSection, ModelSection, Recipe, TrainingSection
+from grpo_cli.recipe.trainer_args import shared_trainer_args
+from grpo_cli.recipe.warmup_section import SELF, WarmupSection
 from grpo_cli.runs.layout import (
     FINAL_DIR,
     METRICS_FILE,
@@ -25,6 +27,7 @@ from grpo_cli.runs.layout import (
     WARMUP_EXAMPLES_FILE,
     WARMUP_SOURCE_FILE,
 )
+from grpo_cli.train.start_weights import named_adapter, start_from
 from grpo_cli.train.warmup_examples import WarmupExamples, checked_examples, read_examples, training_examples
 
 # What decides the warm-up's examples: those of an earlier attempt are reused only while these are unchanged.
@@ -37,27 +40,13 @@ class WarmupOutcome:
     interrupted: bool
 
 
-def warmup_dir(recipe: Recipe) -> Path:
-    return recipe.output_dir / WARMUP_DIR
-
-
-def before_grpo(recipe: Recipe, console: Console, resume: bool, early: WarmupExamples | None) -> WarmupOutcome:
-    """What GRPO starts from: the warm-up's weights (trained now unless finished earlier), else the adapter
-    lora.adapter names, else the recipe's model as it is (final_dir None)."""
-    from grpo_cli.train.start_weights import named_adapter
-
-    if recipe.warmup is not None:
-        return run_warmup(recipe, console, resume, early)
-    return WarmupOutcome(named_adapter(recipe), False)
-
-
 def early_examples(recipe: Recipe, resume: bool) -> WarmupExamples | None:
     """The examples of a file, hub dataset or the reference solutions, read before the run directory is written, so
     a bad source is refused with nothing written. None when there is nothing to read now: no warm-up, sampled
     examples (`self` needs the model), a finished warm-up, or a resumed one that keeps the examples it started with."""
     if recipe.warmup is None:
         return None
-    folder = warmup_dir(recipe)
+    folder = recipe.output_dir / WARMUP_DIR
     if (folder / FINAL_DIR).is_dir() or (resume and (folder / WARMUP_EXAMPLES_FILE).is_file()):
         return None
     return training_examples(recipe)
@@ -68,7 +57,7 @@ def run_warmup(recipe: Recipe, console: Console, resume: bool, early: WarmupExam
     checkpoint when there is one) and saved to RUN/warmup/final/."""
     from grpo_cli.runs.checkpoints import newest_complete, write_resolved_recipe
 
-    folder = warmup_dir(recipe)
+    folder = recipe.output_dir / WARMUP_DIR
     final = folder / FINAL_DIR
     if final.is_dir():
         console.print(
@@ -79,14 +68,27 @@ def run_warmup(recipe: Recipe, console: Console, resume: bool, early: WarmupExam
     write_resolved_recipe(recipe, folder / RECIPE_FILE)  # RUN/warmup reads as a run: grpo eval --run, grpo report
     checkpoint, skipped = newest_complete(folder)
     setup = warmup_setup(recipe)
-    examples = _examples(recipe, folder, checkpoint, early, lambda: _sample(recipe, setup, console))
+
+    def fresh() -> WarmupExamples:  # read before anything was written, else now, else sampled from the model
+        examples = early if early is not None else training_examples(recipe)
+        if examples is not None:
+            return examples
+        from grpo_cli.train.warmup_sampling import sampled_examples
+
+        echo = lambda line: console.print(line, highlight=False)  # noqa: E731
+        return sampled_examples(recipe, setup.model, setup.tokenizer, setup.precision.mixed, echo=echo)
+
+    settings = _example_settings(recipe.warmup, recipe.data, recipe.model.name, recipe.training.seed)
+    examples = _examples(folder, settings, checkpoint, fresh)
     console.print(f"warm-up: {examples.describe()} -> {folder}", highlight=False, soft_wrap=True)
     examples, notes = checked_examples(recipe.warmup, examples, setup.tokenizer)
     for note in notes:
         console.print(note, style="yellow", highlight=False, soft_wrap=True)
     for line in skipped + ([f"warm-up: resuming from {checkpoint.name}"] if checkpoint else []):
         console.print(line, highlight=False)
-    interrupted = _train(recipe, folder, setup, examples, checkpoint, console)
+    trainer = sft_trainer(recipe.warmup, recipe.training, folder, setup, examples.rows, [])
+    interrupted = _train(trainer, total_steps(recipe.warmup, len(trainer.train_dataset)), folder, checkpoint, console)
+    trainer = None
     setup = None
     gc.collect()  # the warm-up's trainer and model go before GRPO loads its own
     return WarmupOutcome(None if interrupted else final, interrupted)
@@ -95,34 +97,37 @@ def run_warmup(recipe: Recipe, console: Console, resume: bool, early: WarmupExam
 @dataclass
 class WarmupSetup:
     """What the warm-up trains: the recipe's model (carrying lora.adapter when one is named), its tokenizer, the
-    LoRA config for TRL to apply (None: full fine-tuning, or the adapter is there already), the precision here."""
+    LoRA config for TRL to apply (None: full fine-tuning, or the adapter is there already), the precision here, and
+    the model section and method (full, lora, qlora) its settings read."""
 
     model: Any
     tokenizer: Any
     lora: Any
-    on_cpu: bool
-    mixed: str
+    precision: Precision
+    model_section: ModelSection
+    method: str
 
 
 def warmup_setup(recipe: Recipe) -> WarmupSetup:
     """The model and tokenizer, loaded as GRPO loads them (precision, frozen weights, LoRA or QLoRA)."""
     from grpo_cli import models
     from grpo_cli.progress import quiet_libraries
-    from grpo_cli.train.start_weights import named_adapter, start_from
-    from grpo_cli.train.trainer import _load_model, _precision_here
+    from grpo_cli.train.trainer import load_policy
 
     quiet_libraries()
     tokenizer = models.load_tokenizer(recipe.model)
-    on_cpu, mixed = _precision_here(recipe)
-    model = _load_model(recipe, on_cpu, mixed)
-    adapter = named_adapter(recipe)
+    precision = precision_here(recipe.model)
+    model = load_policy(recipe, precision)
+    adapter = named_adapter(recipe.model.name, recipe.lora)
     if adapter is not None:
-        model = start_from(model, adapter, recipe)
+        model = start_from(model, adapter, recipe.model.name, recipe.lora)
     lora = models.lora_config(recipe.lora) if recipe.lora is not None and adapter is None else None
-    return WarmupSetup(model, tokenizer, lora, on_cpu, mixed)
+    return WarmupSetup(model, tokenizer, lora, precision, recipe.model, recipe.method)
 
 
-def sft_trainer(recipe: Recipe, folder: Path, setup: WarmupSetup, rows: list[dict], callbacks: list, **config):
+def sft_trainer(
+    warm: WarmupSection, training: TrainingSection, folder: Path, setup: WarmupSetup, rows: list, callbacks, **config
+):
     """TRL's SFTTrainer for the warm-up; `config`: SFTConfig fields that replace the recipe's (preflight's steps)."""
     import datasets
     from transformers import PrinterCallback
@@ -131,7 +136,7 @@ def sft_trainer(recipe: Recipe, folder: Path, setup: WarmupSetup, rows: list[dic
     masks = {"assistant_only_loss": True} if _has_tool_turns(rows) and _masks_assistant_turns(setup.tokenizer) else {}
     trainer = SFTTrainer(
         model=setup.model,
-        args=SFTConfig(**{**sft_config_kwargs(recipe, folder, setup.on_cpu, setup.mixed), **masks, **config}),
+        args=SFTConfig(**{**sft_config_kwargs(warm, training, folder, setup), **masks, **config}),
         train_dataset=datasets.Dataset.from_list(rows),
         processing_class=setup.tokenizer,
         peft_config=setup.lora,
@@ -159,17 +164,9 @@ def _masks_assistant_turns(tokenizer) -> bool:
     return True
 
 
-def _sample(recipe: Recipe, setup: WarmupSetup, console: Console) -> WarmupExamples:
-    from grpo_cli.train.warmup_sampling import sampled_examples
-
-    return sampled_examples(
-        recipe, setup.model, setup.tokenizer, setup.mixed, echo=lambda line: console.print(line, highlight=False)
-    )
-
-
-def _examples(recipe: Recipe, folder: Path, checkpoint, early, sample) -> WarmupExamples:
-    """The examples an earlier attempt kept (when what decides them is unchanged), else new ones, written down."""
-    settings = _example_settings(recipe)
+def _examples(folder: Path, settings: dict, checkpoint, fresh) -> WarmupExamples:
+    """The examples an earlier attempt kept (when `settings`, what decides them, are unchanged), else `fresh()`
+    ones, written down."""
     kept = folder / WARMUP_EXAMPLES_FILE
     recorded = _read_json(folder / WARMUP_SOURCE_FILE)
     if kept.is_file() and recorded.get("settings") == settings:
@@ -181,50 +178,38 @@ def _examples(recipe: Recipe, folder: Path, checkpoint, early, sample) -> Warmup
             "set them back to resume, or train into another directory",
             path="warmup",
         )
-    examples = early if early is not None else training_examples(recipe)
-    examples = examples if examples is not None else sample()
+    examples = fresh()
     kept.write_text("".join(json.dumps(row) + "\n" for row in examples.rows), encoding="utf-8")
     record = {**examples.source, "examples": len(examples.rows), "settings": settings}
     (folder / WARMUP_SOURCE_FILE).write_text(json.dumps(record, indent=1), encoding="utf-8")
     return examples
 
 
-def _example_settings(recipe: Recipe) -> dict[str, Any]:
-    warm = recipe.warmup.model_dump(mode="json")
+def _example_settings(warm: WarmupSection, data: DataSection, model_name: str, seed: int) -> dict[str, Any]:
+    fields = warm.model_dump(mode="json")
     return {
-        "warmup": {k: warm[k] for k in EXAMPLE_KEYS},
-        "data": recipe.data.model_dump(mode="json"),
-        "model": recipe.model.name if recipe.warmup.source == SELF else None,
-        "seed": recipe.training.seed,
+        "warmup": {k: fields[k] for k in EXAMPLE_KEYS},
+        "data": data.model_dump(mode="json"),
+        "model": model_name if warm.source == SELF else None,  # only sampled examples depend on the model
+        "seed": seed,
     }
 
 
-def _train(recipe: Recipe, folder: Path, setup: WarmupSetup, examples: WarmupExamples, checkpoint, console) -> bool:
-    """SFTTrainer over the examples under a progress display; True when Ctrl-C stopped it (a checkpoint saved)."""
+def _train(trainer, steps: int, folder: Path, checkpoint, console: Console) -> bool:
+    """The SFTTrainer over the examples as a stage (stage.py); True when Ctrl-C stopped it (a checkpoint saved)."""
+    from grpo_cli.files import read_jsonl
     from grpo_cli.train.callbacks import InterruptCallback, MetricsCallback
-    from grpo_cli.train.display import TrainingDisplay
+    from grpo_cli.train.stage import interrupted_line, stage_display, train_stage
 
     interrupt = InterruptCallback()
-    trainer = sft_trainer(recipe, folder, setup, examples.rows, [interrupt])
-    steps = total_steps(recipe, len(trainer.train_dataset))
-    done = int(checkpoint.name.rsplit("-", 1)[-1]) if checkpoint else 0
-    display = TrainingDisplay(console, steps, done)
+    display = stage_display(console, steps, checkpoint)
+    trainer.add_callback(interrupt)
     trainer.add_callback(MetricsCallback(folder, 0, 0, None, on_metrics=display.update))
-    interrupt.install()
-    try:
-        with display:
-            trainer.train(resume_from_checkpoint=str(checkpoint) if checkpoint else None)
-    finally:
-        interrupt.uninstall()
+    train_stage(trainer, display, interrupt, checkpoint)
     if interrupt.requested:
-        console.print(
-            f"interrupted in the warm-up at step {trainer.state.global_step}; continue with: grpo train <recipe> "
-            "--resume"
-        )
+        console.print(interrupted_line("warm-up", trainer.state.global_step))
         return True
-    _save(trainer, setup.tokenizer, folder / FINAL_DIR)
-    from grpo_cli.files import read_jsonl
-
+    _save(trainer, trainer.processing_class, folder / FINAL_DIR)
     logged = read_jsonl(folder / METRICS_FILE, required=("step",)).rows  # every attempt's steps, resumed or not
     losses = [r["loss"] for r in logged if r.get("loss") is not None]
     shown = f", loss {losses[0]:.3g} -> {losses[-1]:.3g}" if losses else ""
@@ -232,41 +217,25 @@ def _train(recipe: Recipe, folder: Path, setup: WarmupSetup, examples: WarmupExa
     return False
 
 
-def sft_config_kwargs(recipe: Recipe, folder: Path, on_cpu: bool, mixed: str) -> dict[str, Any]:
-    """The recipe onto SFTConfig: the warm-up's own learning rate, length and batch; the training section's
-    optimizer, schedule, seed, logging and saving; the model section's precision and checkpointing."""
-    warm, training = recipe.warmup, recipe.training
+def sft_config_kwargs(warm: WarmupSection, training: TrainingSection, folder: Path, setup: WarmupSetup) -> dict:
+    """The warm-up onto SFTConfig: its own learning rate, length and batch; the settings GRPO shares
+    (recipe/trainer_args.py: the training section's optimizer, schedule, seed, logging and saving, the model
+    section's precision and checkpointing)."""
+    precision = setup.precision
     return dict(
-        output_dir=str(folder),
-        use_cpu=on_cpu,
-        bf16=mixed == "bf16",
-        fp16=mixed == "fp16",
-        gradient_checkpointing=recipe.model.gradient_checkpointing,
-        trust_remote_code=recipe.model.trust_remote_code,
+        **shared_trainer_args(setup.model_section, training, folder, precision.on_cpu, precision.mixed),
         completion_only_loss=True,
         max_length=warm.max_length,
-        learning_rate=warm.learning_rate_for(recipe.method),
+        learning_rate=warm.learning_rate_for(setup.method),
         num_train_epochs=warm.num_train_epochs,
         max_steps=warm.max_steps,
         per_device_train_batch_size=warm.per_device_train_batch_size,
         gradient_accumulation_steps=warm.gradient_accumulation_steps,
-        lr_scheduler_type=training.lr_scheduler_type,
-        weight_decay=training.weight_decay,
-        max_grad_norm=training.max_grad_norm,
-        optim=training.optim,
-        seed=training.seed,
-        logging_steps=training.logging_steps,
-        save_strategy="steps",
-        save_steps=training.save_steps,
-        save_total_limit=training.save_total_limit,
-        report_to=training.report_to,
-        disable_tqdm=True,
     )
 
 
-def total_steps(recipe: Recipe, examples: int) -> int:
+def total_steps(warm: WarmupSection, examples: int) -> int:
     """Optimizer steps the warm-up takes over `examples` (for the progress display)."""
-    warm = recipe.warmup
     if warm.max_steps > 0:
         return warm.max_steps
     per_epoch = max(
