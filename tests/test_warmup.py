@@ -36,13 +36,14 @@ def read_jsonl(path: Path) -> list[dict]:
 
 
 class FirstStepWeights(TrainerCallback):
-    """The trainable weights as GRPO's first optimizer step begins (before it generates or updates anything)."""
+    """The trainable weights as GRPO's first optimizer step of this process begins (before it generates or updates
+    anything): step 0's, or a resumed run's first."""
 
     def __init__(self):
         self.weights: dict[str, torch.Tensor] | None = None
 
     def on_step_begin(self, args, state, control, model=None, **kwargs):
-        if self.weights is None and state.global_step == 0:
+        if self.weights is None:
             self.weights = {n: p.detach().clone() for n, p in model.named_parameters() if p.requires_grad}
 
 
@@ -194,6 +195,53 @@ def test_resume_continues_whichever_stage_was_interrupted(tmp_path, tiny_llama, 
     )
     assert [m["step"] for m in read_jsonl(run_dir / "warmup" / "metrics.jsonl")] == [1, 2], "never redone"
     assert [m["step"] for m in read_jsonl(run_dir / "metrics.jsonl")] == [1, 2]
+
+
+@pytest.mark.slow  # real SFT and GRPO steps
+def test_resumed_grpo_after_a_warmup_trains_on_from_its_checkpoint(tmp_path, tiny_llama, monkeypatch):
+    """With beta > 0 TRL keeps a frozen `ref` copy of the warm-up's adapter in a sub-folder of each checkpoint, and
+    transformers resumes only sub-folders: the trained adapter silently restarted from the warm-up's weights."""
+    path = recipe_file(tmp_path, tiny_llama, grpo={"beta": 0.04})
+    stop_during_step_one(monkeypatch, which=1)
+    stopped = CliRunner().invoke(app, ["train", str(path)])
+    assert stopped.exit_code == 130, stopped.output
+    checkpoint = tmp_path / "run" / "checkpoint-1"
+    assert (checkpoint / "ref" / "adapter_model.safetensors").is_file()
+    trained = load_file(checkpoint / "adapter_model.safetensors")
+    warm = load_file(tmp_path / "run" / "warmup" / "final" / "adapter_model.safetensors")
+    assert any(not torch.equal(trained[k], warm[k]) for k in trained), "GRPO's step 1 moved the adapter"
+
+    monkeypatch.undo()
+    seen = watch_first_step(monkeypatch)
+    done = CliRunner().invoke(app, ["train", str(path), "--resume"])
+    assert done.exit_code == 0, done.output
+    resumed = {n.replace(".default.", "."): w for n, w in seen.weights.items()}
+    assert resumed.keys() == trained.keys()
+    assert all(torch.equal(resumed[k], trained[k]) for k in trained), "step 2 starts from checkpoint-1's adapter"
+    kl = [m["kl"] for m in read_jsonl(tmp_path / "run" / "metrics.jsonl")]
+    assert len(kl) == 2 and kl[1] > 0, kl
+
+
+def test_restore_trained_adapter_reads_the_root_adapter_beside_a_ref_subfolder(tmp_path, tiny_llama):
+    """What transformers before 5.25 (vLLM's pin) skips on resume: the trained adapter at the checkpoint's root."""
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM
+
+    from grpo_cli.train.stage import restore_trained_adapter
+
+    config = LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"], init_lora_weights=False)
+    model = get_peft_model(AutoModelForCausalLM.from_pretrained(tiny_llama), config)
+    model.add_adapter("ref", config)
+    model.save_pretrained(tmp_path / "checkpoint-1")  # root: default; ref/: the frozen copy
+    assert (tmp_path / "checkpoint-1" / "ref" / "adapter_model.safetensors").is_file()
+    trained = {n: p.detach().clone() for n, p in model.named_parameters() if ".default." in n}
+    with torch.no_grad():
+        for name, param in model.named_parameters():
+            if ".default." in name:
+                param.zero_()  # the weights a run started from
+    restore_trained_adapter(model, tmp_path / "checkpoint-1")
+    after = dict(model.named_parameters())
+    assert all(torch.equal(after[n], w) for n, w in trained.items())
 
 
 def save_adapter(model_dir: Path, folder: Path, r: int = 4, noise: bool = True) -> Path:

@@ -20,12 +20,33 @@ def stage_display(console: Console, total_steps: int, checkpoint: Path | None):
 def train_stage(trainer, display, interrupt, checkpoint: Path | None) -> None:
     """Train from `checkpoint` (None: step 0) under `display`; `interrupt` (callbacks.InterruptCallback, among the
     trainer's callbacks) turns Ctrl-C into a stop at the end of the step, with a checkpoint saved."""
+    if checkpoint:
+        restore_trained_adapter(trainer.model, checkpoint)
     interrupt.install()
     try:
         with display:
             trainer.train(resume_from_checkpoint=str(checkpoint) if checkpoint else None)
     finally:
         interrupt.uninstall()
+
+
+def restore_trained_adapter(model, checkpoint: Path) -> None:
+    """Load the checkpoint's trained adapter into `model` before a resumed stage trains.
+
+    With beta > 0 and a model that already has an adapter (a warm-up's, a start_weights one), TRL keeps a frozen copy
+    named `ref`, saved in a sub-folder of every checkpoint. transformers' Trainer (5.x) then resumes a PEFT model from
+    the sub-folders alone and never reads the trained adapter at the checkpoint's root: the policy restarted from its
+    first weights while the optimizer and the step count resumed (a run's KL fell to 0 at every resume)."""
+    root = checkpoint / "adapter_model.safetensors"
+    subfolders = [p for p in checkpoint.iterdir() if (p / "adapter_model.safetensors").is_file()]
+    if not (root.is_file() and subfolders and hasattr(model, "active_adapter")):
+        return  # no adapter, or the one adapter transformers resumes itself
+    from peft import set_peft_model_state_dict
+    from safetensors.torch import load_file
+
+    loaded = set_peft_model_state_dict(model, load_file(str(root)), adapter_name=model.active_adapter)
+    if loaded.unexpected_keys:
+        raise RuntimeError(f"{root} does not fit the model: {loaded.unexpected_keys[:3]}")
 
 
 def interrupted_line(stage: str, step: int) -> str:
