@@ -16,6 +16,12 @@ INT8_BYTES = 1.0
 # bitsandbytes 8-bit optimizers: two uint8 states + a float32 absmax per 256-value block each; tensors
 # under 4096 elements keep 32-bit states (bitsandbytes' min_8bit_size).
 ADAM8_BYTES = 2 + 2 * 4 / 256
+# On CUDA torch gives cuBLAS and cuBLASLt a workspace each from its caching allocator at the first matmul, 32 MiB
+# apiece on Hopper (aten/src/ATen/cuda/CublasHandlePool.cpp), alive for the whole run. MEASURED: before each second
+# step the allocator held 0.065-0.074 GiB beyond the weights, adapters and optimizer states on six of seven
+# configurations, 0.5B to 1.5B, full, LoRA and QLoRA, H100 and H200 (benchmarks/gpu/*owners*/, `held before`);
+# older GPUs get 4 MiB workspaces, so the figure is an over-estimate there.
+CUBLAS_WORKSPACES = 2 * 32 * 2**20
 
 
 def trainable_params(recipe: Recipe, arch: Architecture) -> int:
@@ -40,7 +46,7 @@ def mixed_precision_on(recipe: Recipe, device: str) -> str:
 
 
 def static_terms(recipe: Recipe, arch: Architecture, device: str, w: int) -> list[Term]:
-    """What lives for the whole run: weights, adapters, reference model, optimizer states."""
+    """What lives for the whole run: weights, adapters, reference model, optimizer states, CUDA's matmul workspaces."""
     P = arch.params
     terms = [_weights(recipe, arch, device, w)]
     trainable, param_bytes = trainable_params(recipe, arch), bytes_per_trainable(recipe, w)
@@ -66,6 +72,8 @@ def static_terms(recipe: Recipe, arch: Architecture, device: str, w: int) -> lis
         )
     )
     terms.append(_optimizer_states(recipe, arch, device, trainable, param_bytes))
+    if device == "cuda":
+        terms.append(Term("cuBLAS workspaces", CUBLAS_WORKSPACES, "static", "cuBLAS and cuBLASLt: 32 MiB each"))
     if recipe.grpo.use_vllm and device == "cpu":
         from grpo_cli.plan.vllm_memory import vllm_cpu_terms
 
