@@ -1,4 +1,4 @@
-"""Which generated task with word answers can the demo model learn? Its base accuracy on candidate tasks, cheaply.
+"""Which generated task with word or number answers can the demo model learn? Its base accuracy, cheaply.
 
 Each candidate is 16 seeded problems in a .jsonl file, scored by `grpo eval --protocol task` with a string verifier
 (`normalized_match`: case, punctuation, articles and spacing aside; `exact_match` for capital letters), greedy and
@@ -68,7 +68,43 @@ def candidates(rng: random.Random) -> dict[str, tuple[str, list[dict]]]:
         ws, k = rng.sample(WORDS, 5), rng.randrange(5)
         return f"What is the {ORDINALS[k]} word in this list: {', '.join(ws)}?", ws[k]
 
+    def add_small():
+        a, b = rng.randrange(10, 100), rng.randrange(1, 10)
+        return f"What is {a} + {b}?", str(a + b)
+
+    def add_two_digit():
+        a, b = rng.randrange(10, 100), rng.randrange(10, 100)
+        return f"What is {a} + {b}?", str(a + b)
+
+    def subtract_small():
+        a, b = rng.randrange(10, 100), rng.randrange(1, 10)
+        return f"What is {a} - {b}?", str(a - b)
+
+    def next_number():
+        n = rng.randrange(10, 1000)
+        return f"What number comes after {n}?", str(n + 1)
+
+    def double():
+        n = rng.randrange(10, 50)
+        return f"What is 2 times {n}?", str(2 * n)
+
+    def larger_of_two():
+        a, b = rng.sample(range(10, 100), 2)
+        return f"Which number is larger, {a} or {b}?", str(max(a, b))
+
+    def largest_of_three():
+        xs = rng.sample(range(10, 100), 3)
+        return f"Which is the largest of these numbers: {', '.join(map(str, xs))}?", str(max(xs))
+
     return {
+        "larger of two": ("correctness", rows(larger_of_two)),
+        "largest of three": ("correctness", rows(largest_of_three)),
+        # numeric answers, many distinct ones, read by `correctness` (the reply's last number)
+        "a + b (2 and 1 digit)": ("correctness", rows(add_small)),
+        "a + b (2 digits each)": ("correctness", rows(add_two_digit)),
+        "a - b (2 and 1 digit)": ("correctness", rows(subtract_small)),
+        "number after n": ("correctness", rows(next_number)),
+        "2 times n": ("correctness", rows(double)),
         "sort 3 numbers": ("normalized_match", rows(sort3)),
         "reverse 3 words": ("normalized_match", rows(reverse)),
         "word in capitals": ("exact_match", rows(capitals)),
