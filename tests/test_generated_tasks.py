@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections import Counter
 
 import pytest
 from typer.testing import CliRunner
@@ -26,12 +27,16 @@ READ_BACK = {
         re.compile(r"Is (\d+) an even number\? Answer yes or no\."),
         lambda n: "yes" if int(n) % 2 == 0 else "no",
     ),
+    "largest": (
+        re.compile(r"Which is the largest of these numbers: (\d\d), (\d\d), (\d\d)\?"),
+        lambda *xs: str(max(int(x) for x in xs)),
+    ),
     "products": (
         re.compile(r"What is (\d{3}) times (\d{3})\?"),  # GSM8K's form: the annotated step, then the product
         lambda a, b: f"{a} * {b} = <<{a}*{b}={int(a) * int(b)}>>{int(a) * int(b)}\n#### {int(a) * int(b)}",
     ),
 }
-SPACE = {"parity": 9_999, "products": 900 * 900}
+SPACE = {"parity": 9_999, "largest": 90 * 89 * 88, "products": 900 * 900}
 
 
 def questions(task: str, split: str, seed: int = 0) -> set[str]:
@@ -68,6 +73,12 @@ def test_the_test_split_shares_no_problem_with_training_at_any_seed(task):
         assert 0.45 < yes / len(problems) < 0.55, split  # yes as often as no: always `no` scores half
     with pytest.raises(UserError, match="splits train and test"):
         generate_task(f"generated:{task}", "validation", 4)
+
+
+def test_no_one_answer_of_the_largest_task_is_a_shortcut():
+    """Answering any one number gets at most 5% of 400 held-out problems right (parity's `no` gets half)."""
+    answers = Counter(row["answer"] for row in generate_task("generated:largest", "test", 400))
+    assert len(answers) > 50 and answers.most_common(1)[0][1] / 400 <= 0.05
 
 
 def validate(*overrides: str):

@@ -10,6 +10,7 @@ problems are unseen at any seed and any `limit`, not merely drawn with another s
 
 from __future__ import annotations
 
+import itertools
 import random
 import zlib
 from collections.abc import Callable
@@ -40,6 +41,17 @@ def _products_row(problem: tuple[int, int]) -> dict[str, str]:
     return {"question": f"What is {a} times {b}?", "answer": f"{a} * {b} = <<{a}*{b}={a * b}>>{a * b}\n#### {a * b}"}
 
 
+def _largest_space() -> list[tuple[int, int, int]]:
+    return list(itertools.permutations(range(10, 100), 3))
+
+
+def _largest_row(problem: tuple[int, int, int]) -> dict[str, str]:
+    return {
+        "question": f"Which is the largest of these numbers: {', '.join(map(str, problem))}?",
+        "answer": str(max(problem)),
+    }
+
+
 @dataclass(frozen=True)
 class GeneratedTask:
     space: Callable[[], list]  # every problem of the task
@@ -49,14 +61,22 @@ class GeneratedTask:
 
 
 # A yes/no question because the demo model answers those bare, as a string verifier needs; a sorted list, the next
-# letter and a last digit it answers in sentences (benchmarks/string_task_probe.txt). Products of two 3-digit
-# numbers because a small model cannot do them in its head and a calculator does them exactly: a task where
+# letter and a last digit it answers in sentences (benchmarks/string_task_probe.txt). The largest of three numbers
+# because it has many distinct answers (no one answer is a shortcut) and the demo model gets some right (6% greedy,
+# 12% of samples at temperature 1) where it gets no sum and no word in capitals (the same file). Products of two
+# 3-digit numbers because a small model cannot do them in its head and a calculator does them exactly: a task where
 # calling the tool is the whole skill.
 TASKS: dict[str, GeneratedTask] = {
     "parity": GeneratedTask(
         _parity_space,
         _parity_row,
         "`Is 47 an even number? Answer yes or no.` -> `no`; the numbers 1..9,999, yes and no equally often",
+        "plain",
+    ),
+    "largest": GeneratedTask(
+        _largest_space,
+        _largest_row,
+        "`Which is the largest of these numbers: 37, 52, 18?` -> `52`; three distinct numbers from 10 to 99, in order",
         "plain",
     ),
     "products": GeneratedTask(
