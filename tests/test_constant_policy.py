@@ -43,10 +43,17 @@ def parity_recipe(tmp_path, rewards, **data):
     return Recipe.model_validate(yaml.safe_load(path.read_text()))
 
 
+def inputs(recipe: Recipe) -> tuple:
+    """What preflight gives constant_policies: the data, the rewards, their callables and the training seed."""
+    from grpo_cli.model_rewards.build import reward_functions
+
+    return recipe.data, recipe.rewards, reward_functions(recipe), recipe.training.seed
+
+
 def test_each_common_answer_is_scored_by_the_recipes_verifier_as_a_constant_completion(tmp_path):
     shaping = {"name": "length_target", "kwargs": {"target": 8}, "weight": 0.5}  # not a verifier: not counted
     recipe = parity_recipe(tmp_path, [{"name": "normalized_match", "weight": 2.0}, shaping])
-    result = constant_policies(recipe, base_reward=0.3)
+    result = constant_policies(*inputs(recipe), base_reward=0.3)
     assert result.rows == 16 and result.base_reward == 0.3
     no, yes = result.policies
     assert (no.answer, no.share, no.completion) == ("No", 12 / 16, "No")  # as the data writes it; bare wins a tie
@@ -58,14 +65,14 @@ def test_each_common_answer_is_scored_by_the_recipes_verifier_as_a_constant_comp
 
 def test_no_warning_when_the_base_model_earns_as_much(tmp_path):
     recipe = parity_recipe(tmp_path, [{"name": "normalized_match"}])
-    assert constant_policies(recipe, base_reward=0.75).warning is None  # `No` earns 0.75: not more
-    assert constant_policies(recipe, base_reward=None).warning is None  # the base's reward is unknown
+    assert constant_policies(*inputs(recipe), base_reward=0.75).warning is None  # `No` earns 0.75: not more
+    assert constant_policies(*inputs(recipe), base_reward=None).warning is None  # the base's reward is unknown
 
 
 def test_a_users_verifier_receives_chat_completions_and_the_marked_form_counts_when_it_earns_more(tmp_path):
     (tmp_path / "my_check.py").write_text(TAGGED)
     rewards = [{"name": f"{tmp_path / 'my_check.py'}:tagged", "role": "verifier"}]
-    result = constant_policies(parity_recipe(tmp_path, rewards), base_reward=0.0)
+    result = constant_policies(*inputs(parity_recipe(tmp_path, rewards)), base_reward=0.0)
     no = result.policies[0]
     assert no.completion == "<answer>\nNo\n</answer>" and no.reward == pytest.approx(12 / 16)
     assert "answering `No` (as `<answer>No</answer>`) to everything earns 0.75" in result.warning
@@ -83,9 +90,9 @@ def test_a_users_verifier_receives_chat_completions_and_the_marked_form_counts_w
 
 def test_recipes_without_references_or_verifiers_have_no_constant_policies(tmp_path):
     shaping_only = [{"name": "length_target", "kwargs": {"target": 8}}]
-    assert constant_policies(parity_recipe(tmp_path, shaping_only), base_reward=0.1) is None
+    assert constant_policies(*inputs(parity_recipe(tmp_path, shaping_only)), base_reward=0.1) is None
     no_answers = parity_recipe(tmp_path, [{"name": "normalized_match"}], answer_column=None)
-    assert constant_policies(no_answers, base_reward=0.1) is None
+    assert constant_policies(*inputs(no_answers), base_reward=0.1) is None
 
 
 def test_the_base_models_reward_is_the_weighted_sum_of_its_verifier_means(tmp_path):
@@ -94,8 +101,8 @@ def test_the_base_models_reward_is_the_weighted_sum_of_its_verifier_means(tmp_pa
         {"name": "length_target", "kwargs": {"target": 8}, "weight": 0.5},
     ]
     recipe = parity_recipe(tmp_path, rewards)
-    assert verifier_reward(recipe, [0.25, 0.9]) == 0.5  # the shaping reward's 0.9 is left out
-    assert verifier_reward(recipe, [None, 0.9]) is None
+    assert verifier_reward(recipe.rewards, [0.25, 0.9]) == 0.5  # the shaping reward's 0.9 is left out
+    assert verifier_reward(recipe.rewards, [None, 0.9]) is None
 
 
 def test_no_warning_for_a_constant_that_earns_more_only_below_the_printed_precision():

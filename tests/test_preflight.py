@@ -88,7 +88,7 @@ def _step_for(data_prompt: int, mean_completion: float, batch_share: float) -> t
         tokens_per_second=0.0,
         longest_prompt_tokens=data_prompt,
     )
-    return expected_step_seconds(recipe, measured, groups, 2.0, 1.5)
+    return expected_step_seconds(recipe.data, recipe.grpo, measured, groups, 2.0, 1.5)
 
 
 def test_eta_counts_the_datas_prompts_when_completions_are_empty():

@@ -30,8 +30,8 @@ def validate(recipe: RecipeArg, overrides: OverridesArg = None) -> None:
         f"{loaded.generation_batch_size // loaded.grpo.num_generations} prompt(s) x {loaded.grpo.num_generations})",
         err=True,
     )
-    if unchecked_line(loaded):  # reward models and judges: what only their weights can tell
-        typer.echo(unchecked_line(loaded), err=True)
+    if unchecked_line(loaded.rewards):  # reward models and judges: what only their weights can tell
+        typer.echo(unchecked_line(loaded.rewards), err=True)
 
 
 @app.command(

@@ -11,7 +11,8 @@ from grpo_cli.plan.memory import GIB, Plan
 from grpo_cli.preflight.constant_policy import ConstantPolicies
 from grpo_cli.preflight.sampling import SampledGroups
 from grpo_cli.preflight.validation_time import ValidationTiming
-from grpo_cli.recipe.schema import Recipe
+from grpo_cli.recipe.schema import DataSection, GRPOSection, Recipe, TrainingSection
+from grpo_cli.recipe.user_code import RewardSpec
 from grpo_cli.runs.layout import SAMPLES_FILE
 
 MOSTLY = 0.5  # "most groups", "most completions"
@@ -42,33 +43,33 @@ def advise(
 ) -> list[Advice]:
     """Override lines for each figure that calls for one: fit, learning signal, a constant answer that out-earns
     the base model, tools, truncation, time (the steps and the validation passes between them)."""
+    from grpo_cli.plan.fit import suggest
+
+    fits = fits_on_gpu(verdict, verdict_smi) is not False
     return [
-        *_fit_advice(recipe, verdict, verdict_smi, arch),
-        *_signal_advice(recipe, groups),
+        *([] if fits else _fit_advice(verdict, verdict_smi, suggest(recipe, arch, "cuda", verdict.gpu_bytes))),
+        *_signal_advice(groups, recipe.grpo, recipe.training, recipe.data),
         *([Advice(constants.warning)] if constants is not None and constants.warning else []),
         *_tool_advice(groups.tools, groups.completions),
-        *_truncation_advice(recipe, groups),
+        *_truncation_advice(groups, recipe.rewards, recipe.grpo.max_completion_length),
         *_time_advice(eta_s + (validation.eta_s if validation else 0.0), total_steps, hours),
     ]
 
 
-def _fit_advice(recipe: Recipe, verdict: Plan, verdict_smi: float, arch) -> list[Advice]:
-    """Up to two changes that make a recipe fit the GPU it does not fit."""
-    from grpo_cli.plan.fit import suggest
-
-    if fits_on_gpu(verdict, verdict_smi) is not False:
-        return []
+def _fit_advice(verdict: Plan, verdict_smi: float, fixes: list) -> list[Advice]:
+    """Up to two changes that make a recipe fit the GPU it does not fit (`fixes`: plan/fit.py's `suggest`)."""
     need = f"about {verdict_smi / GIB:.1f} GiB expected, {verdict.gpu_bytes / GIB:.0f} GiB on the GPU"
-    fixes = suggest(recipe, arch, "cuda", verdict.gpu_bytes)
     out = [Advice(f"does not fit ({need}): {label}", changes) for label, changes, _ in fixes[:2]]
     if not fixes:
         out.append(Advice(f"does not fit ({need}) and no listed change makes it: a smaller model or more GPUs"))
     return out
 
 
-def _signal_advice(recipe: Recipe, groups: SampledGroups) -> list[Advice]:
+def _signal_advice(
+    groups: SampledGroups, grpo: GRPOSection, training: TrainingSection, data: DataSection
+) -> list[Advice]:
     """When most groups teach nothing (every completion scored alike), and rewards that cannot steer or fail."""
-    g, batch = recipe.grpo.num_generations, recipe.training.per_device_train_batch_size
+    g, batch = grpo.num_generations, training.per_device_train_batch_size
     out: list[Advice] = []
     if groups.zero_variance_share >= MOSTLY:
         share = f"{groups.zero_variance_share:.0%} of groups have the same reward for every completion (no signal)"
@@ -78,23 +79,19 @@ def _signal_advice(recipe: Recipe, groups: SampledGroups) -> list[Advice]:
                 {"grpo.num_generations": 2 * g, "training.per_device_train_batch_size": 2 * batch},
             )
         )
-        if recipe.grpo.temperature < 1.0:
+        if grpo.temperature < 1.0:
             out.append(
                 Advice(
                     f"{share}: sample more diversely",
-                    {"grpo.temperature": min(1.0, round(recipe.grpo.temperature + 0.2, 2))},
+                    {"grpo.temperature": min(1.0, round(grpo.temperature + 0.2, 2))},
                 )
             )
-        if (
-            recipe.data.answer_format == "gsm8k"
-            and recipe.data.answer_column
-            and recipe.data.max_solution_steps is None
-        ):
+        if data.answer_format == "gsm8k" and data.answer_column and data.max_solution_steps is None:
             out.append(Advice(f"{share}: start on the easier problems", {"data.max_solution_steps": 2}))
         out.append(
             Advice(
                 f"{share}: add a reward that gives partial credit (a format reward such as "
-                f"{'hashes_format' if recipe.data.answer_marker == 'hashes' else 'soft_format'}, or "
+                f"{'hashes_format' if data.answer_marker == 'hashes' else 'soft_format'}, or "
                 "length_target) so completions of one prompt score differently"
             )
         )
@@ -116,10 +113,11 @@ def _signal_advice(recipe: Recipe, groups: SampledGroups) -> list[Advice]:
     return out
 
 
-def _truncation_advice(recipe: Recipe, groups: SampledGroups) -> list[Advice]:
+def _truncation_advice(groups: SampledGroups, rewards: list[RewardSpec], budget: int) -> list[Advice]:
+    """When most completions ran into the `budget` (grpo.max_completion_length)."""
     if groups.truncated_share < MOSTLY:
         return []
-    has_length_reward = any(spec.name == "length_target" for spec in recipe.rewards)
+    has_length_reward = any(spec.name == "length_target" for spec in rewards)
     remedy = (
         "give them room, or leave it to the length_target reward to teach stopping"
         if has_length_reward
@@ -127,9 +125,8 @@ def _truncation_advice(recipe: Recipe, groups: SampledGroups) -> list[Advice]:
     )
     return [
         Advice(
-            f"{groups.truncated_share:.0%} of completions were cut at the "
-            f"{recipe.grpo.max_completion_length}-token budget: {remedy}",
-            {"grpo.max_completion_length": 2 * recipe.grpo.max_completion_length},
+            f"{groups.truncated_share:.0%} of completions were cut at the {budget}-token budget: {remedy}",
+            {"grpo.max_completion_length": 2 * budget},
         )
     ]
 

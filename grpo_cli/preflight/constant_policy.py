@@ -13,7 +13,8 @@ from collections import Counter
 from dataclasses import dataclass, field
 from statistics import fmean
 
-from grpo_cli.recipe.schema import Recipe
+from grpo_cli.recipe.schema import DataSection
+from grpo_cli.recipe.user_code import RewardSpec
 
 CONSTANT_ANSWERS = 3  # the most common reference answers tried
 CONSTANT_ROWS = 512  # training rows each constant is scored on: enough for two decimals, cheap for a user's reward
@@ -53,12 +54,12 @@ class ConstantPolicies:
         )
 
 
-def verifier_reward(recipe: Recipe, means: list[float | None]) -> float | None:
+def verifier_reward(rewards: list[RewardSpec], means: list[float | None]) -> float | None:
     """The weighted sum of the verifier rewards' means (`means` per reward, in the recipe's order); None when a
     verifier has no mean (it failed on everything)."""
     from grpo_cli.eval.task import role_of
 
-    chosen = [(spec.weight, mean) for spec, mean in zip(recipe.rewards, means) if role_of(spec) == "verifier"]
+    chosen = [(spec.weight, mean) for spec, mean in zip(rewards, means) if role_of(spec) == "verifier"]
     if not chosen or any(mean is None for _, mean in chosen):
         return None
     return sum(weight * mean for weight, mean in chosen)
@@ -71,20 +72,26 @@ def constant_completions(answer: str, marker: str) -> list[str]:
     return [answer, marked]
 
 
-def constant_policies(recipe: Recipe, base_reward: float | None, rows: int = CONSTANT_ROWS) -> ConstantPolicies | None:
-    """Score the CONSTANT_ANSWERS most common reference answers of the training data as constant completions; None
-    for a recipe without reference answers or without a verifier reward."""
+def constant_policies(
+    data: DataSection,
+    rewards: list[RewardSpec],
+    funcs: list,
+    seed: int,
+    base_reward: float | None,
+    rows: int = CONSTANT_ROWS,
+) -> ConstantPolicies | None:
+    """Score the CONSTANT_ANSWERS most common reference answers of the training data (`data`, shuffled with the
+    training seed) as constant completions with the verifiers among `rewards` (`funcs`: their callables, as
+    model_rewards/build.reward_functions gives them); None without reference answers or without a verifier reward."""
     from grpo_cli.data import select_rows, to_example
     from grpo_cli.eval.shortcuts import read_reference, reading_of
     from grpo_cli.eval.task import role_of
-    from grpo_cli.model_rewards.build import reward_functions
     from grpo_cli.preflight.sampling import score
 
-    data = recipe.data
-    verifiers = [spec for spec in recipe.rewards if role_of(spec) == "verifier"]
+    verifiers = [spec for spec in rewards if role_of(spec) == "verifier"]
     if not data.answer_column or not verifiers:
         return None
-    examples = [to_example(row, data) for row in select_rows(data, seed=recipe.training.seed)[0][:rows]]
+    examples = [to_example(row, data) for row in select_rows(data, seed=seed)[0][:rows]]
     if not examples:
         return None
     reading = reading_of(verifiers[0].name)
@@ -93,8 +100,7 @@ def constant_policies(recipe: Recipe, base_reward: float | None, rows: int = CON
     for key, example in zip(keys, examples):
         written.setdefault(key, example["answer"])
     counts = Counter(key for key in keys if key is not None)
-    funcs = reward_functions(recipe)
-    chosen = [(i, f) for i, (spec, f) in enumerate(zip(recipe.rewards, funcs)) if role_of(spec) == "verifier"]
+    chosen = [(i, f) for i, (spec, f) in enumerate(zip(rewards, funcs)) if role_of(spec) == "verifier"]
     n = len(examples)
     prompts = [e["prompt"] for e in examples]
     columns = {k: [e[k] for e in examples] for k in examples[0] if k != "prompt"}
@@ -104,11 +110,11 @@ def constant_policies(recipe: Recipe, base_reward: float | None, rows: int = CON
         for text in constant_completions(answer, data.answer_marker):
             completions = [[{"role": "assistant", "content": text}] if data.chat else text for _ in range(n)]
             values, _ = score([f for _, f in chosen], prompts, completions, [[] for _ in range(n)], columns)
-            means: list[float | None] = [None] * len(recipe.rewards)
+            means: list[float | None] = [None] * len(rewards)
             for (i, _), scored in zip(chosen, values):
                 ok = [v for v in scored if v is not None]
                 means[i] = fmean(ok) if ok else None
-            reward = verifier_reward(recipe, means)
+            reward = verifier_reward(rewards, means)
             if reward is not None and (best is None or reward > best.reward):
                 best = ConstantPolicy(answer, text, count / n, reward)
         result.policies.append(best or ConstantPolicy(answer, answer, count / n, None))

@@ -8,14 +8,14 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from grpo_cli.plan.memory import Plan
+from grpo_cli.plan.memory import Plan, memory_plan
 from grpo_cli.preflight.advice import Advice, advise, fits_on_gpu
 from grpo_cli.preflight.constant_policy import ConstantPolicies, constant_policies, verifier_reward
-from grpo_cli.preflight.measure import StepMeasurement
-from grpo_cli.preflight.sampling import SampledGroups
+from grpo_cli.preflight.measure import StepMeasurement, measure_steps
+from grpo_cli.preflight.sampling import SampledGroups, default_prompt_count, sample_groups
 from grpo_cli.preflight.validation_time import ValidationTiming, time_validation
 from grpo_cli.preflight.warmup_steps import WarmupTiming, time_warmup
-from grpo_cli.recipe.schema import Recipe
+from grpo_cli.recipe.schema import DataSection, GRPOSection, Recipe
 
 
 @dataclass
@@ -69,11 +69,9 @@ def run_preflight(
     import torch
 
     from grpo_cli.errors import UserError
+    from grpo_cli.model_rewards.build import reward_functions
     from grpo_cli.plan import architectures
     from grpo_cli.plan.gpus import gpu_for
-    from grpo_cli.plan.memory import memory_plan
-    from grpo_cli.preflight.measure import measure_steps
-    from grpo_cli.preflight.sampling import default_prompt_count, sample_groups
     from grpo_cli.tools.guard import EnvironmentFailure
 
     gpu_label, gpu_bytes = gpu_for(recipe, gpu_spec)
@@ -82,15 +80,14 @@ def run_preflight(
     started = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="grpo-preflight-") as tmp:
         work = Path(tmp)
-        isolated = recipe.model_copy(
-            update={
-                "training": recipe.training.model_copy(update={"output_dir": str(work / "run"), "report_to": ["none"]})
-            }
-        )
+        training = recipe.training.model_copy(update={"output_dir": str(work / "run"), "report_to": ["none"]})
+        isolated = recipe.model_copy(update={"training": training})
         warmup = time_warmup(isolated, work, steps, show) if recipe.warmup is not None else None
-        groups = sample_groups(isolated, prompts or default_prompt_count(recipe), show)  # from the model as it starts
+        count = prompts or default_prompt_count(recipe.grpo.num_generations)
+        groups = sample_groups(isolated, count, show)  # from the model as it starts
         show("scoring constant answers with the verifier rewards", new_phase=True)
-        constants = constant_policies(recipe, verifier_reward(recipe, [r.mean for r in groups.rewards]))
+        base = verifier_reward(recipe.rewards, [r.mean for r in groups.rewards])
+        constants = constant_policies(recipe.data, recipe.rewards, reward_functions(recipe), recipe.training.seed, base)
         try:
             measured = measure_steps(isolated, work, steps, show)
         except EnvironmentFailure as failure:  # the run would stop on it too (train/run.py)
@@ -100,15 +97,19 @@ def run_preflight(
     if gpu_bytes is None and measured.device == "cuda":
         gpu_label, gpu_bytes = torch.cuda.get_device_name(0), float(torch.cuda.get_device_properties(0).total_memory)
     verdict = memory_plan(recipe, arch, "cuda", gpu_bytes)
-    # Measured on a GPU, the plan's error there is known: apply it. On a CPU the CUDA figure stays the plan's.
-    correction = measured.peak_bytes / planned.peak_tensors if measured.device == "cuda" else 1.0
-    verdict_smi = verdict.peak_smi * correction
+    verdict_smi = _corrected_smi(verdict, planned, measured)
 
     step_s = measured.step_seconds[-1]
     generation_s = min(measured.generation_seconds[-1], step_s)
     total_steps = recipe.total_steps(groups.dataset_rows)
-    validation = time_validation(isolated, total_steps, show) if recipe.validation is not None else None
-    expected_step, worst_step = expected_step_seconds(recipe, measured, groups, step_s, generation_s)
+    validation = None
+    if recipe.validation is not None:
+        from grpo_cli.eval.training_validation import held_out_validation
+
+        held_out = held_out_validation(isolated, warn=lambda line: None)  # the run itself warns about overlap
+        passes = recipe.validation.passes(total_steps)
+        validation = time_validation(held_out, recipe.model, recipe.quantization, passes, show)
+    expected_step, worst_step = expected_step_seconds(recipe.data, recipe.grpo, measured, groups, step_s, generation_s)
     eta_s = total_steps * expected_step
     advice = advise(recipe, groups, verdict, verdict_smi, eta_s, total_steps, arch, hours, validation, constants)
     return Preflight(
@@ -132,8 +133,20 @@ def run_preflight(
     )
 
 
+def _corrected_smi(verdict: Plan, planned: Plan, measured: StepMeasurement) -> float:
+    """The bytes expected in nvidia-smi for the recipe as written. Measured on a GPU, the plan's error there is
+    known: apply it. On a CPU the CUDA figure stays the plan's."""
+    correction = measured.peak_bytes / planned.peak_tensors if measured.device == "cuda" else 1.0
+    return verdict.peak_smi * correction
+
+
 def expected_step_seconds(
-    recipe: Recipe, measured: StepMeasurement, groups: SampledGroups, step_s: float, generation_s: float
+    data: DataSection,
+    grpo: GRPOSection,
+    measured: StepMeasurement,
+    groups: SampledGroups,
+    step_s: float,
+    generation_s: float,
 ) -> tuple[float, float]:
     """A step of the run, at the sampled completion lengths and with every completion at the budget, scaled from
     the measured step (every prompt the calibration prompt, every completion at the budget).
@@ -142,8 +155,8 @@ def expected_step_seconds(
     recipe's limit or the calibration prompt where the data gave none) plus its completions. Generation runs until
     the longest completion of its batch ends, and at least one token: each batch's prompts pass through the model."""
     measured_prompt = measured.recipe.data.max_prompt_length or 0
-    prompt = groups.longest_prompt_tokens or recipe.data.max_prompt_length or measured_prompt
-    budget = recipe.grpo.max_completion_length
+    prompt = groups.longest_prompt_tokens or data.max_prompt_length or measured_prompt
+    budget = grpo.max_completion_length
     training_s = (step_s - generation_s) / (measured_prompt + budget)
     share = max(groups.batch_length_share, 1 / budget)
     return (

@@ -4,7 +4,7 @@ it starts, plainly or (with tools) through training's tool loop."""
 from __future__ import annotations
 
 from grpo_cli.generation.policy_sampler import PolicySampler, with_end
-from grpo_cli.recipe.schema import Recipe
+from grpo_cli.recipe.schema import GRPOSection
 
 
 def sample_batch(loop, sampler: PolicySampler, prompts: list, columns: dict, start: int, g: int):
@@ -32,19 +32,13 @@ def sample_batch(loop, sampler: PolicySampler, prompts: list, columns: dict, sta
     return ids, [[{"role": "assistant", "content": t}] for t in decoded] if chat else decoded, []
 
 
-def tool_loop(recipe: Recipe, sampler: PolicySampler):
-    """With tools: training's tool loop on the sampler (None without tools)."""
-    if not recipe.tools and recipe.environment is None:
+def tool_loop(sampler: PolicySampler, grpo: GRPOSection, tools, environment):
+    """With tools: training's tool loop on the sampler, with the recipe's guarded `tools` and `environment`
+    (tools/wiring.recipe_tools); None without tools."""
+    if tools is None and environment is None:
         return None
     from grpo_cli.generation.tool_loop import ToolLoop
-    from grpo_cli.tools.wiring import recipe_tools
 
-    tools, environment = recipe_tools(recipe, sampler.tokenizer)
     return ToolLoop(
-        sampler,
-        sampler.tokenizer,
-        tools,
-        environment,
-        recipe.grpo.max_completion_length,
-        recipe.grpo.max_tool_calling_iterations,
+        sampler, sampler.tokenizer, tools, environment, grpo.max_completion_length, grpo.max_tool_calling_iterations
     )

@@ -17,7 +17,7 @@ from grpo_cli.generation.policy_sampler import PolicySampler
 from grpo_cli.generation.tool_loop import tool_summary
 from grpo_cli.preflight.sampler import sample_batch, tool_loop
 from grpo_cli.recipe.schema import Recipe
-from grpo_cli.tools.wiring import prompt_tools
+from grpo_cli.tools.wiring import prompt_tools, recipe_tools
 from grpo_cli.train.zero_variance import ZERO_STD_TOLERANCE  # the one training skips by
 
 # Completions per `generate` call when sampling on a CPU.
@@ -112,7 +112,7 @@ def sample_groups(recipe: Recipe, prompt_count: int, show=lambda text, new_phase
     )
     sampler = PolicySampler(model, tokenizer, recipe.grpo, budget)
     torch.manual_seed(recipe.training.seed)
-    loop = tool_loop(recipe, sampler)
+    loop = tool_loop(sampler, recipe.grpo, *recipe_tools(recipe, tokenizer))
     tally = _Tally(funcs, recipe.rewards, tokenizer.eos_token_id, budget, per_training_batch * g)
     columns_all = {k: rows[k] for k in rows.column_names if k != "prompt"}
     batches = -(-len(rows) // per_batch)
@@ -203,6 +203,6 @@ class _Tally:
         )
 
 
-def default_prompt_count(recipe: Recipe) -> int:
+def default_prompt_count(num_generations: int) -> int:
     """At least 8 groups and 64 completions: enough to tell 'most groups flat' from 'some'."""
-    return max(8, math.ceil(64 / recipe.grpo.num_generations))
+    return max(8, math.ceil(64 / num_generations))

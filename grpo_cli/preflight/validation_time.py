@@ -8,7 +8,7 @@ import math
 import time
 from dataclasses import dataclass
 
-from grpo_cli.recipe.schema import Recipe
+from grpo_cli.recipe.schema import ModelSection, QuantizationSection
 
 
 @dataclass
@@ -27,23 +27,29 @@ class ValidationTiming:
         return self.passes * self.pass_s
 
 
-def time_validation(recipe: Recipe, total_steps: int, show=lambda text, new_phase=False: None) -> ValidationTiming:
-    """Time the slice's first batch (the untrained model's lengths; training can make answers shorter or longer)."""
+def time_validation(
+    validation,
+    model_section: ModelSection,
+    quantization: QuantizationSection | None,
+    passes: int,
+    show=lambda text, new_phase=False: None,
+) -> ValidationTiming:
+    """Time the slice's first batch (the untrained model's lengths; training can make answers shorter or longer).
+
+    `validation`: the run's HeldOutValidation (eval/training_validation.py), `passes` it makes over the run."""
     import torch
 
     from grpo_cli import models
-    from grpo_cli.eval.training_validation import held_out_validation
 
-    validation = held_out_validation(recipe, warn=lambda line: None)  # the run itself warns about overlap
     problems = len(validation.problems)
     validation.problems = validation.problems[: validation.batch_size]
     show(f"timing validation: one batch of {len(validation.problems)} held-out problems", new_phase=True)
-    tokenizer = models.load_tokenizer(recipe.model)
-    model = models.load_model(recipe.model, recipe.quantization)
+    tokenizer = models.load_tokenizer(model_section)
+    model = models.load_model(model_section, quantization)
     if torch.cuda.is_available() and model.device.type == "cpu":
         model = model.to("cuda")
     started = time.perf_counter()
     validation(model, tokenizer)
     seconds = time.perf_counter() - started
     del model
-    return ValidationTiming(problems, len(validation.problems), seconds, recipe.validation.passes(total_steps))
+    return ValidationTiming(problems, len(validation.problems), seconds, passes)

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from grpo_cli.recipe.eval_section import EvalSection
+from grpo_cli.recipe.machine import DistributedSection
 from grpo_cli.recipe.precision import BY_WEIGHTS
 from grpo_cli.recipe.reward_model_checks import reward_entry_problems
-from grpo_cli.recipe.schema import Recipe, generation_batch
+from grpo_cli.recipe.schema import DataSection, GRPOSection, QuantizationSection, Recipe, generation_batch
+from grpo_cli.recipe.validation_section import ValidationSection
 from grpo_cli.recipe.warmup_checks import warmup_problems
 from grpo_cli.recipe.yaml_source import KeyPath
 
@@ -55,21 +58,31 @@ def cross_field_problems(recipe: Recipe) -> list[tuple[KeyPath, str]]:
         )
     if recipe.trl.get("generation_batch_size") and recipe.trl.get("steps_per_generation"):
         out.append((("trl", "generation_batch_size"), "set generation_batch_size or steps_per_generation, not both"))
-    out += _batch_problems(recipe)
-    out += _distributed_problems(recipe)
-    out += _tool_use_problems(recipe)
-    out += warmup_problems(recipe)
-    out += reward_entry_problems(recipe)
-    out += _validation_problems(recipe)
+    processes, uses_tools = recipe.num_processes, bool(recipe.tools) or recipe.environment is not None
+    out += _batch_problems(
+        grpo.num_generations,
+        training.per_device_train_batch_size,
+        processes,
+        recipe.steps_per_generation,
+        recipe.generation_batch_size,
+        bool(recipe.trl.get("generation_batch_size")),
+    )
+    out += _distributed_problems(recipe.distributed, grpo, recipe.quantization)
+    out += _tool_use_problems(uses_tools, recipe.data, recipe.eval)
+    out += warmup_problems(recipe.warmup, recipe.data, recipe.rewards, uses_tools, processes)
+    out += reward_entry_problems(recipe.rewards, recipe.data, recipe.distributed)
+    out += _validation_problems(recipe.validation, uses_tools, processes)
     return out
 
 
-def _validation_problems(recipe: Recipe) -> list[tuple[KeyPath, str]]:
+def _validation_problems(
+    validation: ValidationSection | None, uses_tools: bool, processes: int
+) -> list[tuple[KeyPath, str]]:
     """What validation while training cannot do yet: it generates in rank 0's process with plain `generate`."""
-    if recipe.validation is None:
+    if validation is None:
         return []
     out: list[tuple[KeyPath, str]] = []
-    if recipe.tools or recipe.environment is not None:
+    if uses_tools:
         out.append(
             (
                 ("validation",),
@@ -77,7 +90,7 @@ def _validation_problems(recipe: Recipe) -> list[tuple[KeyPath, str]]:
                 "checkpoints afterwards with grpo eval --run RUN/checkpoint-N",
             )
         )
-    if recipe.num_processes > 1:
+    if processes > 1:
         out.append(
             (
                 ("validation",),
@@ -88,14 +101,14 @@ def _validation_problems(recipe: Recipe) -> list[tuple[KeyPath, str]]:
     return out
 
 
-def _tool_use_problems(recipe: Recipe) -> list[tuple[KeyPath, str]]:
+def _tool_use_problems(uses_tools: bool, data: DataSection, evaluation: EvalSection) -> list[tuple[KeyPath, str]]:
     """Tools live in chat messages: a plain-text prompt or lm-eval's few-shot text has nowhere to put a call."""
-    if not recipe.tools and recipe.environment is None:
+    if not uses_tools:
         return []
     out: list[tuple[KeyPath, str]] = []
-    if not recipe.data.chat:
+    if not data.chat:
         out.append((("data", "chat"), "tools need chat messages (the chat template renders them); set data.chat: true"))
-    if recipe.eval.protocol == "lm-eval":
+    if evaluation.protocol == "lm-eval":
         out.append(
             (
                 ("eval", "protocol"),
@@ -105,8 +118,9 @@ def _tool_use_problems(recipe: Recipe) -> list[tuple[KeyPath, str]]:
     return out
 
 
-def _distributed_problems(recipe: Recipe) -> list[tuple[KeyPath, str]]:
-    d = recipe.distributed
+def _distributed_problems(
+    d: DistributedSection, grpo: GRPOSection, quantization: QuantizationSection | None
+) -> list[tuple[KeyPath, str]]:
     out: list[tuple[KeyPath, str]] = []
     if d.num_processes % d.num_machines:
         out.append(
@@ -121,7 +135,7 @@ def _distributed_problems(recipe: Recipe) -> list[tuple[KeyPath, str]]:
         out.append((("distributed", "machine_rank"), f"must be below distributed.num_machines ({d.num_machines})"))
     if d.num_machines > 1 and not d.main_process_ip and not d.accelerate_config:
         out.append((("distributed", "main_process_ip"), "several machines need the address of machine 0"))
-    if recipe.grpo.zero_variance_groups == "resample" and d.num_processes > 1:
+    if grpo.zero_variance_groups == "resample" and d.num_processes > 1:
         out.append(
             (
                 ("grpo", "zero_variance_groups"),
@@ -129,7 +143,7 @@ def _distributed_problems(recipe: Recipe) -> list[tuple[KeyPath, str]]:
                 "processes use grpo.zero_variance_groups=skip",
             )
         )
-    if d.zero_stage is not None and recipe.quantization is not None:
+    if d.zero_stage is not None and quantization is not None:
         out.append(
             (
                 ("distributed", "strategy"),
@@ -140,13 +154,10 @@ def _distributed_problems(recipe: Recipe) -> list[tuple[KeyPath, str]]:
     return out
 
 
-def _batch_problems(recipe: Recipe) -> list[tuple[KeyPath, str]]:
-    g = recipe.grpo.num_generations
-    b = recipe.training.per_device_train_batch_size
-    n = recipe.num_processes
-    s = recipe.steps_per_generation
-    total = recipe.generation_batch_size
-    if recipe.trl.get("generation_batch_size"):
+def _batch_problems(g: int, b: int, n: int, s: int, total: int, total_given: bool) -> list[tuple[KeyPath, str]]:
+    """The generation batch (`total` completions: per-device batch `b` x `n` processes x `s` steps per generation,
+    unless trl.generation_batch_size gives it) must hold whole groups of `g`."""
+    if total_given:
         out = []
         if total % (b * n):
             out.append(

@@ -12,7 +12,8 @@ from typing import Any
 
 from grpo_cli.chat_templates import template_problem
 from grpo_cli.errors import UserError
-from grpo_cli.recipe.schema import Recipe
+from grpo_cli.recipe.machine import DistributedSection
+from grpo_cli.recipe.schema import DataSection, GRPOSection
 from grpo_cli.recipe.sources import looks_like_path, model_location
 from grpo_cli.recipe.user_code import POLICY, RewardSpec
 from grpo_cli.recipe.yaml_source import KeyPath
@@ -27,10 +28,10 @@ CAUSAL_LM = ("ForCausalLM", "LMHeadModel")
 Problems = list[tuple[KeyPath, str]]
 
 
-def reward_entry_problems(recipe: Recipe) -> Problems:
+def reward_entry_problems(rewards: list[RewardSpec], data: DataSection, distributed: DistributedSection) -> Problems:
     """Rules of one entry that need no file: a function or a model, the settings each reads, the judge's prompt."""
     out: Problems = []
-    for index, spec in enumerate(recipe.rewards):
+    for index, spec in enumerate(rewards):
         at = ("rewards", index)
         if not spec.is_model:
             given = [key for key in MODEL_OPTIONS if spec.given(key)]
@@ -58,26 +59,26 @@ def reward_entry_problems(recipe: Recipe) -> Problems:
         if spec.chat_template not in (None, "none") and template_problem(spec.chat_template):
             out.append(((*at, "chat_template"), f"{template_problem(spec.chat_template)}, or `none` for plain text"))
         if spec.judge is not None:
-            out += _judge_problems(recipe, index, spec)
-    return out + _shared_names(recipe)
+            out += _judge_problems(index, spec, data, distributed)
+    return out + _shared_names(rewards)
 
 
-def _shared_names(recipe: Recipe) -> Problems:
+def _shared_names(rewards: list[RewardSpec]) -> Problems:
     """TRL logs each reward under its name: a reward model or judge named like another reward would share its
     column."""
-    names = [spec.name for spec in recipe.rewards]
+    names = [spec.name for spec in rewards]
     return [
         (
             ("rewards", index, "name"),
             f"another reward is named `{spec.name}`, and both would be logged as rewards/{spec.name}/mean; give "
             "this one a `name` of its own",
         )
-        for index, spec in enumerate(recipe.rewards)
-        if spec.name in names[:index] and (spec.is_model or recipe.rewards[names.index(spec.name)].is_model)
+        for index, spec in enumerate(rewards)
+        if spec.name in names[:index] and (spec.is_model or rewards[names.index(spec.name)].is_model)
     ]
 
 
-def _judge_problems(recipe: Recipe, index: int, spec: RewardSpec) -> Problems:
+def _judge_problems(index: int, spec: RewardSpec, data: DataSection, distributed: DistributedSection) -> Problems:
     judge, at = spec.judge, ("rewards", index, "judge")
     out: Problems = []
     found = PLACEHOLDER.findall(judge.prompt)
@@ -98,7 +99,7 @@ def _judge_problems(recipe: Recipe, index: int, spec: RewardSpec) -> Problems:
                 "and {reference} only",
             )
         )
-    if "reference" in found and recipe.data.answer_column is None:
+    if "reference" in found and data.answer_column is None:
         out.append(((*at, "prompt"), "{reference} needs the data's reference answers; set data.answer_column"))
     if judge.model == POLICY:
         for key in ("dtype", "device", "chat_template"):
@@ -109,22 +110,23 @@ def _judge_problems(recipe: Recipe, index: int, spec: RewardSpec) -> Problems:
                         f"the policy judges with the policy's own weights, tokenizer and device; remove `{key}`",
                     )
                 )
-        if recipe.num_processes > 1 and recipe.distributed.strategy in ("zero3", "fsdp"):
+        if distributed.num_processes > 1 and distributed.strategy in ("zero3", "fsdp"):
             out.append(
                 (
                     (*at, "model"),
-                    f"{recipe.distributed.strategy} shards the policy's weights, so it cannot judge in one forward "
+                    f"{distributed.strategy} shards the policy's weights, so it cannot judge in one forward "
                     "pass; use distributed.strategy ddp or zero2, or a judge model of its own",
                 )
             )
     return out
 
 
-def reward_model_problems(recipe: Recipe) -> Problems:
+def reward_model_problems(rewards: list[RewardSpec], data: DataSection, grpo: GRPOSection) -> Problems:
     """What the files say, offline: each model is found (folder, package file, or the Hugging Face cache), holds the
-    kind of model its entry needs, and reads a whole prompt and completion."""
+    kind of model its entry needs, and reads a whole prompt and completion (`data.max_prompt_length` and
+    `grpo.max_completion_length` tokens)."""
     out: Problems = []
-    for index, spec in enumerate(recipe.rewards):
+    for index, spec in enumerate(rewards):
         if spec.model is not None and spec.model != POLICY:
             name, key, classifier = spec.model, ("rewards", index, "model"), True
         elif spec.judge is not None and spec.judge.model != POLICY:
@@ -137,7 +139,8 @@ def reward_model_problems(recipe: Recipe) -> Problems:
         if problem is not None:
             out.append((key, problem))
             continue
-        out += _context_problems(recipe, index, spec, config or {}, key)
+        prompt, completion = data.max_prompt_length or 0, grpo.max_completion_length
+        out += _context_problems(prompt, completion, index, spec, config or {}, key)
     return out
 
 
@@ -211,10 +214,11 @@ def _kind_problem(config: dict[str, Any], name: str, classifier: bool) -> str | 
     return None
 
 
-def _context_problems(recipe: Recipe, index: int, spec: RewardSpec, config: dict[str, Any], key: KeyPath) -> Problems:
+def _context_problems(
+    prompt: int, completion: int, index: int, spec: RewardSpec, config: dict[str, Any], key: KeyPath
+) -> Problems:
     """A reward model or judge must read a whole prompt and completion (the recipe's limits, in the policy's
-    tokens): the model's own positions, and `max_length` when given."""
-    prompt, completion = recipe.data.max_prompt_length or 0, recipe.grpo.max_completion_length
+    tokens; `prompt` 0: no limit): the model's own positions, and `max_length` when given."""
     need = prompt + completion
     what = f"a prompt and its completion ({prompt} + {completion} tokens)" if prompt else f"{completion} tokens"
     out: Problems = []
@@ -240,9 +244,9 @@ def _context_problems(recipe: Recipe, index: int, spec: RewardSpec, config: dict
     return out
 
 
-def unchecked_line(recipe: Recipe) -> str | None:
+def unchecked_line(rewards: list[RewardSpec]) -> str | None:
     """What `grpo validate` cannot check without the weights, in one line (None: nothing of the kind)."""
-    names = [f"`{spec.name}`" for spec in recipe.rewards if spec.is_model]
+    names = [f"`{spec.name}`" for spec in rewards if spec.is_model]
     if not names:
         return None
     return (

@@ -89,9 +89,10 @@ def load_recipe(
             (("rewards",), "required key is missing: training needs at least one reward, e.g. rewards: [correctness]")
         )
     found += cross_field_problems(recipe)
-    found += reward_model_problems(recipe) if scores else []  # offline: config.json, not weights
+    if scores:  # offline: config.json, not weights
+        found += reward_model_problems(recipe.rewards, recipe.data, recipe.grpo)
     if "data" in reads:  # the files training reads first: examples for the warm-up, the adapter to start from
-        found += warmup_file_problems(recipe) + adapter_problems(recipe)
+        found += warmup_file_problems(recipe.warmup) + adapter_problems(recipe.model, recipe.lora)
     if "trl" in reads and recipe.trl and not found:
         found += trl_problems(recipe)
     if found:

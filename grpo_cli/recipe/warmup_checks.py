@@ -8,21 +8,24 @@ from pathlib import Path
 
 from grpo_cli.errors import UserError
 from grpo_cli.recipe.checks import data_file_problem
-from grpo_cli.recipe.schema import LoraSection, Recipe
+from grpo_cli.recipe.schema import DataSection, LoraSection, ModelSection
 from grpo_cli.recipe.sources import LOCAL_DATA_SUFFIXES, looks_like_path, model_location
-from grpo_cli.recipe.warmup_section import REFERENCE, SELF
+from grpo_cli.recipe.user_code import RewardSpec
+from grpo_cli.recipe.warmup_section import REFERENCE, SELF, WarmupSection
 from grpo_cli.recipe.yaml_source import KeyPath
 
 ADAPTER_CONFIG = "adapter_config.json"  # what peft's save_pretrained writes beside the adapter weights
 
 
-def warmup_problems(recipe: Recipe) -> list[tuple[KeyPath, str]]:
-    """Rules between `warmup:` and the rest of the recipe, each with its fix."""
-    warm = recipe.warmup
+def warmup_problems(
+    warm: WarmupSection | None, data: DataSection, rewards: list[RewardSpec], uses_tools: bool, processes: int
+) -> list[tuple[KeyPath, str]]:
+    """Rules between `warmup:` and the rest of the recipe (`uses_tools`: tools or an environment; `processes`:
+    distributed.num_processes), each with its fix."""
     if warm is None:
         return []
     out: list[tuple[KeyPath, str]] = []
-    if warm.source in (REFERENCE, SELF) and not recipe.data.answer_column:
+    if warm.source in (REFERENCE, SELF) and not data.answer_column:
         out.append(
             (
                 ("warmup", "source"),
@@ -30,7 +33,7 @@ def warmup_problems(recipe: Recipe) -> list[tuple[KeyPath, str]]:
                 "examples (a `messages` column, or `prompt` and `completion`)",
             )
         )
-    names = [spec.name for spec in recipe.rewards]
+    names = [spec.name for spec in rewards]
     if warm.source == SELF and names and warm.reward not in names:
         out.append(
             (
@@ -39,9 +42,9 @@ def warmup_problems(recipe: Recipe) -> list[tuple[KeyPath, str]]:
                 "a right answer",
             )
         )
-    if warm.source == SELF and (recipe.tools or recipe.environment is not None):
+    if warm.source == SELF and uses_tools:
         out.append((("warmup", "source"), "`self` samples without tools; use `reference` or a file of examples"))
-    if recipe.num_processes > 1:
+    if processes > 1:
         out.append(
             (
                 ("warmup",),
@@ -52,9 +55,9 @@ def warmup_problems(recipe: Recipe) -> list[tuple[KeyPath, str]]:
     return out
 
 
-def warmup_file_problems(recipe: Recipe) -> list[tuple[KeyPath, str]]:
+def warmup_file_problems(warm: WarmupSection | None) -> list[tuple[KeyPath, str]]:
     """A warm-up file must exist and hold examples: a `messages` column, or `prompt` and `completion` columns."""
-    source = recipe.warmup.source if recipe.warmup is not None else None
+    source = warm.source if warm is not None else None
     if source in (None, REFERENCE, SELF):
         return []
     key = ("warmup", "source")
@@ -75,10 +78,10 @@ def warmup_file_problems(recipe: Recipe) -> list[tuple[KeyPath, str]]:
     return [(key, problem)] if problem else []
 
 
-def adapter_problems(recipe: Recipe) -> list[tuple[KeyPath, str]]:
+def adapter_problems(model: ModelSection, lora: LoraSection | None) -> list[tuple[KeyPath, str]]:
     """`lora.adapter`, when it is a folder on this machine, must be a LoRA adapter for this model and LoRA shape (a
     hub id is checked once it is downloaded)."""
-    adapter = recipe.lora.adapter if recipe.lora is not None else None
+    adapter = lora.adapter if lora is not None else None
     if not adapter:
         return []
     path = Path(adapter).expanduser()
@@ -86,7 +89,7 @@ def adapter_problems(recipe: Recipe) -> list[tuple[KeyPath, str]]:
         if looks_like_path(adapter):
             return [(("lora", "adapter"), f"no such adapter folder: {path} (relative paths start at {Path.cwd()})")]
         return []
-    problem = adapter_mismatch(path, recipe.model.name, recipe.lora)
+    problem = adapter_mismatch(path, model.name, lora)
     return [(("lora", "adapter"), problem)] if problem else []
 
 

@@ -77,7 +77,7 @@ class RunStart:
 def prepare_run_dir(recipe: Recipe, resume: bool) -> RunStart:
     """Create the run directory, or find the checkpoint to resume from. Never writes over a previous run or over
     files the tool did not write; a run that never saved a whole checkpoint starts again, with or without --resume."""
-    run_dir = recipe.output_dir
+    run_dir, resolved = recipe.output_dir, _resolved(recipe)
     _check_location(run_dir)
     foreign = sorted(p.name for p in run_dir.iterdir() if not _ours(p)) if run_dir.is_dir() else []
     if foreign:
@@ -98,10 +98,10 @@ def prepare_run_dir(recipe: Recipe, resume: bool) -> RunStart:
                 "directory (training.output_dir=runs/new_name or name=new_name)",
                 path="training.output_dir",
             )
-        _refuse_shape_change(recipe, run_dir)
+        _refuse_shape_change(resolved, run_dir)
         if warmed:  # GRPO has no whole checkpoint: the warm-up continues (or is done), GRPO starts from step 0
             _remove(_grpo_leftovers(run_dir))
-            write_resolved_recipe(recipe, run_dir / RECIPE_FILE)
+            _write_resolved(resolved, run_dir / RECIPE_FILE)
             return RunStart(None, notes)
         if checkpoint is None:
             raise UserError(
@@ -109,10 +109,11 @@ def prepare_run_dir(recipe: Recipe, resume: bool) -> RunStart:
                 "in another directory, or evaluate it: grpo eval --run " + str(run_dir),
                 path="training.output_dir",
             )
-        return RunStart(checkpoint, notes + [f"resuming from {checkpoint.name}", *_record_changes(recipe, checkpoint)])
+        changed = _record_changes(resolved, checkpoint)
+        return RunStart(checkpoint, notes + [f"resuming from {checkpoint.name}", *changed])
     if run_dir.is_dir() and any(run_dir.iterdir()):
         # An earlier attempt stopped before its first whole checkpoint: nothing in it can be resumed.
-        _refuse_losing_another_run(recipe, run_dir, notes)
+        _refuse_losing_another_run(resolved, run_dir, notes)
         # without --resume an unfinished warm-up (its sampled examples, no whole checkpoint) starts again too
         _remove(_grpo_leftovers(run_dir) + ([] if resume else [run_dir / WARMUP_DIR]))
         notes.append(f"{run_dir} holds no whole checkpoint from an earlier attempt: starting from step 0")
@@ -120,7 +121,7 @@ def prepare_run_dir(recipe: Recipe, resume: bool) -> RunStart:
         notes.append(f"nothing to resume in {run_dir}: starting from step 0")
     try:
         run_dir.mkdir(parents=True, exist_ok=True)
-        write_resolved_recipe(recipe, run_dir / RECIPE_FILE)
+        _write_resolved(resolved, run_dir / RECIPE_FILE)
     except OSError as exc:
         raise UserError(
             f"cannot write the run directory {run_dir}: {exc.strerror or exc}", path="training.output_dir"
@@ -143,9 +144,10 @@ def warmup_resumable(run_dir: Path) -> bool:
     return warmup.is_dir() and ((warmup / FINAL_DIR).is_dir() or newest_complete(warmup)[0] is not None)
 
 
-def _refuse_losing_another_run(recipe: Recipe, run_dir: Path, skipped: list[str]) -> None:
+def _refuse_losing_another_run(resolved: dict, run_dir: Path, skipped: list[str]) -> None:
     """Starting again deletes what an earlier attempt left (damaged checkpoints, metrics): only when that attempt ran
-    this same recipe. Another recipe's run is kept for its owner to repair, move or delete."""
+    this same recipe (`resolved`, as `_resolved` gives it). Another recipe's run is kept for its owner to repair, move
+    or delete."""
     metrics = run_dir / METRICS_FILE
     recorded = checkpoints(run_dir) or (metrics.is_file() and metrics.stat().st_size > 0)
     if not recorded:
@@ -154,7 +156,7 @@ def _refuse_losing_another_run(recipe: Recipe, run_dir: Path, skipped: list[str]
         saved = _saved_recipe(run_dir)
     except UserError:
         saved = "unreadable"
-    now = yaml.safe_load(yaml.safe_dump(_resolved(recipe), sort_keys=False))
+    now = _as_written(resolved)
     if saved == now:
         return
     if isinstance(saved, dict):
@@ -207,14 +209,14 @@ def _saved_recipe(run_dir: Path) -> dict | None:
     )
 
 
-def _refuse_shape_change(recipe: Recipe, run_dir: Path) -> None:
-    """A resumed run keeps the model, the method and the adapter shape its checkpoint holds."""
+def _refuse_shape_change(resolved: dict, run_dir: Path) -> None:
+    """A resumed run keeps the model, the method and the adapter shape its checkpoint holds (`resolved`: the recipe
+    as `_resolved` gives it, which fills in none of SHAPE_KEYS)."""
     saved = _saved_recipe(run_dir)
     if saved is None:
         return
-    now = recipe.model_dump(mode="json")
     for key in SHAPE_KEYS:
-        before, after = _at(saved, key), _at(now, key)
+        before, after = _at(saved, key), _at(resolved, key)
         if before != after and not (isinstance(before, dict) and isinstance(after, dict)):
             raise UserError(
                 f"{run_dir} was trained with {key}={_show(before)}, the recipe now says {_show(after)}; a "
@@ -224,16 +226,17 @@ def _refuse_shape_change(recipe: Recipe, run_dir: Path) -> None:
             )
 
 
-def _record_changes(recipe: Recipe, checkpoint: Path) -> list[str]:
+def _record_changes(resolved: dict, checkpoint: Path) -> list[str]:
     """A resumed run may change settings that do not shape its checkpoint (rewards, sampling, batches): recipe.yaml
-    then says what runs from now on, recipe_changes.jsonl each change from its step. Returns the note to print."""
+    then says what runs from now on (`resolved`), recipe_changes.jsonl each change from its step. Returns the note to
+    print."""
     run_dir = checkpoint.parent
     saved = _saved_recipe(run_dir)
     if saved is None:
         return []
-    now = yaml.safe_load(yaml.safe_dump(_resolved(recipe), sort_keys=False))
+    now = _as_written(resolved)
     try:  # the saved recipe as this grpo writes it: a field added since, at its default, is no change
-        saved = yaml.safe_load(yaml.safe_dump(_resolved(Recipe.model_validate(saved)), sort_keys=False))
+        saved = _as_written(_resolved(Recipe.model_validate(saved)))
     except ValueError:  # one this schema no longer accepts (pydantic's error is a ValueError): compared as written
         pass
     changes = {key: [before, after] for key, before, after in _differences(saved, now)}
@@ -242,7 +245,7 @@ def _record_changes(recipe: Recipe, checkpoint: Path) -> list[str]:
     step = checkpoint_step(checkpoint)
     with (run_dir / RECIPE_CHANGES_FILE).open("a", encoding="utf-8") as out:
         out.write(json.dumps({"from_step": step + 1, "changes": changes}) + "\n")
-    write_resolved_recipe(recipe, run_dir / RECIPE_FILE)
+    _write_resolved(resolved, run_dir / RECIPE_FILE)
     shown = "; ".join(f"{key}: {_show(b)} -> {_show(a)}" for key, (b, a) in list(changes.items())[:4])
     more = f" and {len(changes) - 4} more" if len(changes) > 4 else ""
     return [f"changed from step {step + 1} on: {shown}{more} (kept in {RECIPE_CHANGES_FILE})"]
@@ -269,10 +272,20 @@ def _show(value) -> str:
 
 def write_resolved_recipe(recipe: Recipe, path: Path) -> None:
     """The recipe with every default and override filled in, name and output_dir too: it reloads as the same run."""
-    path.write_text(yaml.safe_dump(_resolved(recipe), sort_keys=False, allow_unicode=True), encoding="utf-8")
+    _write_resolved(_resolved(recipe), path)
+
+
+def _write_resolved(resolved: dict, path: Path) -> None:
+    path.write_text(yaml.safe_dump(resolved, sort_keys=False, allow_unicode=True), encoding="utf-8")
+
+
+def _as_written(resolved: dict) -> dict:
+    """`resolved` as it reads back from recipe.yaml (YAML's types), to compare with a saved one."""
+    return yaml.safe_load(yaml.safe_dump(resolved, sort_keys=False))
 
 
 def _resolved(recipe: Recipe) -> dict:
+    """The whole recipe as recipe.yaml holds it: every section dumped, with what it leaves implicit filled in."""
     resolved = recipe.model_dump(mode="json")
     if recipe.eval.protocol == "task":  # an unset source means the training data's: written out, it would be GSM8K's
         resolved["eval"]["source"], resolved["eval"]["config"] = recipe.eval.task_data(recipe.data)

@@ -11,7 +11,8 @@ from pathlib import Path
 from typing import Any
 
 from grpo_cli.files import read_jsonl
-from grpo_cli.recipe.schema import Recipe
+from grpo_cli.recipe.schema import DataSection, LoraSection, QuantizationSection, Recipe
+from grpo_cli.recipe.warmup_section import WarmupSection
 from grpo_cli.runs.layout import (
     CARD_FILE,
     COMPARISON_FILE,
@@ -28,8 +29,49 @@ from grpo_cli.runs.validation_curve import best_line, training_rows
 
 
 def write_model_card(run_dir: Path, recipe: Recipe) -> Path:
-    """Write RUN/README.md (and final/README.md when the run finished) and return the first path."""
-    text = render_card(run_dir, recipe)
+    """Write RUN/README.md (and final/README.md when the run finished) and return the first path. The card describes
+    the whole recipe; the helpers below get the sections they describe."""
+    logged = read_jsonl(run_dir / METRICS_FILE, required=("step",)).rows
+    metrics = training_rows(logged)
+    method = _method(recipe.lora, recipe.quantization)
+    model, grpo, training = recipe.model, recipe.grpo, recipe.training
+    warmup = [] if recipe.warmup is None else [f"| warm-up | {_warmup(run_dir, recipe.warmup, recipe.method)} |"]
+    lines = [
+        "---",
+        f"base_model: {model.name}",
+        *([] if recipe.lora is None else ["library_name: peft"]),
+        "tags: [grpo, trl, grpo-cli]",
+        "---",
+        "",
+        f"# {recipe.run_name}",
+        "",
+        _summary(run_dir, method, model.name, grpo.loss_type, metrics),
+        "",
+        "## Training",
+        "",
+        "| setting | value |",
+        "|---|---|",
+        f"| base model | `{model.name}` ({model.dtype}) |",
+        f"| method | {method} |",
+        f"| dataset | {_dataset(recipe.data)} |",
+        *warmup,
+        f"| system prompt | {_cell(recipe.data.system_prompt or '(none)')} |",
+        f"| rewards (weight) | {', '.join(_reward(spec) for spec in recipe.rewards)} |",
+        f"| loss type | {grpo.loss_type}, beta {grpo.beta:g} |",
+        f"| generations per prompt | {grpo.num_generations}, up to {grpo.max_completion_length} tokens "
+        f"each, temperature {grpo.temperature:g} |",
+        f"| optimisation | learning rate {training.learning_rate:g} ({training.lr_scheduler_type}), "
+        f"{training.per_device_train_batch_size} completions per micro-batch x "
+        f"{training.gradient_accumulation_steps} accumulation x {recipe.num_processes} process(es), "
+        f"{training.optim} |",
+        *_metric_lines(metrics),
+    ]
+    validation = best_line(logged)
+    if validation:  # `validation:`: greedy accuracy on a held-out slice during training
+        lines += ["", "## Validation while training", "", validation + "."]
+    lines += _evaluations(run_dir)
+    lines += _usage(run_dir, model.name, recipe.lora, recipe.run_name)
+    text = "\n".join(lines)
     path = run_dir / CARD_FILE
     path.write_text(text, encoding="utf-8")
     if (run_dir / FINAL_DIR).is_dir():
@@ -37,54 +79,29 @@ def write_model_card(run_dir: Path, recipe: Recipe) -> Path:
     return path
 
 
-def render_card(run_dir: Path, recipe: Recipe) -> str:
-    logged = read_jsonl(run_dir / METRICS_FILE, required=("step",)).rows
-    metrics = training_rows(logged)
-    finished = (run_dir / FINAL_DIR).is_dir()
-    lines = [
-        "---",
-        f"base_model: {recipe.model.name}",
-        *([] if recipe.lora is None else ["library_name: peft"]),
-        "tags: [grpo, trl, grpo-cli]",
-        "---",
-        "",
-        f"# {recipe.run_name}",
-        "",
-        f"{_method(recipe)} of `{recipe.model.name}` with GRPO ({recipe.grpo.loss_type} loss), "
-        f"{'finished' if finished else 'not finished'} after {metrics[-1]['step'] if metrics else 0} steps."
-        if not _is_warmup(run_dir)
-        else f"{_method(recipe)} of `{recipe.model.name}`: the supervised warm-up before GRPO, "
-        f"{'finished' if finished else 'not finished'} after {metrics[-1]['step'] if metrics else 0} steps; GRPO "
-        f"continues from it in `{run_dir.parent}`.",
-        "",
-        "## Training",
-        "",
-        "| setting | value |",
-        "|---|---|",
-        f"| base model | `{recipe.model.name}` ({recipe.model.dtype}) |",
-        f"| method | {_method(recipe)} |",
-        f"| dataset | {_dataset(recipe)} |",
-        *([] if recipe.warmup is None else [f"| warm-up | {_warmup(run_dir, recipe)} |"]),
-        f"| system prompt | {_cell(recipe.data.system_prompt or '(none)')} |",
-        f"| rewards (weight) | {', '.join(_reward(spec) for spec in recipe.rewards)} |",
-        f"| loss type | {recipe.grpo.loss_type}, beta {recipe.grpo.beta:g} |",
-        f"| generations per prompt | {recipe.grpo.num_generations}, up to {recipe.grpo.max_completion_length} tokens "
-        f"each, temperature {recipe.grpo.temperature:g} |",
-        f"| optimisation | learning rate {recipe.training.learning_rate:g} ({recipe.training.lr_scheduler_type}), "
-        f"{recipe.training.per_device_train_batch_size} completions per micro-batch x "
-        f"{recipe.training.gradient_accumulation_steps} accumulation x {recipe.num_processes} process(es), "
-        f"{recipe.training.optim} |",
-    ]
-    if metrics:
-        lines += ["", "## Metrics (first and last logged step)", "", "| metric | first | last |", "|---|---|---|"]
-        first, last = metrics[0], metrics[-1]
-        keys = headline_keys(last) + ["completions/clipped_ratio", "step_time_s"]
-        lines += [f"| {key} | {_number(first.get(key))} | {_number(last.get(key))} |" for key in keys if key in last]
-    validation = best_line(logged)
-    if validation:  # `validation:`: greedy accuracy on a held-out slice during training
-        lines += ["", "## Validation while training", "", validation + "."]
-    lines += _evaluations(run_dir)
-    lines += [
+def _summary(run_dir: Path, method: str, model_name: str, loss_type: str, metrics: list[dict]) -> str:
+    finished = "finished" if (run_dir / FINAL_DIR).is_dir() else "not finished"
+    steps = metrics[-1]["step"] if metrics else 0
+    if not _is_warmup(run_dir):
+        return f"{method} of `{model_name}` with GRPO ({loss_type} loss), {finished} after {steps} steps."
+    return (
+        f"{method} of `{model_name}`: the supervised warm-up before GRPO, {finished} after {steps} steps; GRPO "
+        f"continues from it in `{run_dir.parent}`."
+    )
+
+
+def _metric_lines(metrics: list[dict]) -> list[str]:
+    if not metrics:
+        return []
+    lines = ["", "## Metrics (first and last logged step)", "", "| metric | first | last |", "|---|---|---|"]
+    first, last = metrics[0], metrics[-1]
+    keys = headline_keys(last) + ["completions/clipped_ratio", "step_time_s"]
+    return lines + [f"| {key} | {_number(first.get(key))} | {_number(last.get(key))} |" for key in keys if key in last]
+
+
+def _usage(run_dir: Path, model_name: str, lora: LoraSection | None, run_name: str) -> list[str]:
+    """How to train the run again and how to load what it made."""
+    return [
         "",
         "## Reproduce",
         "",
@@ -95,24 +112,22 @@ def render_card(run_dir: Path, recipe: Recipe) -> str:
         "## Load",
         "",
         "```python",
-        *_load_snippet(run_dir, recipe),
+        *_load_snippet(run_dir, model_name, lora, run_name),
         "```",
         "",
     ]
-    return "\n".join(lines)
 
 
-def _method(recipe: Recipe) -> str:
-    if recipe.lora is None:
+def _method(lora: LoraSection | None, quantization: QuantizationSection | None) -> str:
+    if lora is None:
         return "Full fine-tuning"
-    lora = f"LoRA r={recipe.lora.r}, alpha={recipe.lora.alpha} on {', '.join(recipe.lora.target_modules)}"
-    if recipe.quantization is not None:
-        return f"QLoRA ({recipe.quantization.bits}-bit {recipe.quantization.quant_type} base), {lora}"
-    return lora
+    label = f"LoRA r={lora.r}, alpha={lora.alpha} on {', '.join(lora.target_modules)}"
+    if quantization is not None:
+        return f"QLoRA ({quantization.bits}-bit {quantization.quant_type} base), {label}"
+    return label
 
 
-def _dataset(recipe: Recipe) -> str:
-    data = recipe.data
+def _dataset(data: DataSection) -> str:
     parts = [f"`{data.source}`"] + ([f"config `{data.config}`"] if data.config else []) + [f"split `{data.split}`"]
     if data.limit:
         parts.append(f"first {data.limit} rows")
@@ -125,17 +140,17 @@ def _is_warmup(run_dir: Path) -> bool:
     return run_dir.name == WARMUP_DIR and (run_dir / WARMUP_SOURCE_FILE).is_file()
 
 
-def _warmup(run_dir: Path, recipe: Recipe) -> str:
-    """What the warm-up trained on and how, from RUN/warmup/source.json (train/warmup.py writes it)."""
+def _warmup(run_dir: Path, warm: WarmupSection, method: str) -> str:
+    """What the warm-up trained on and how, from RUN/warmup/source.json (train/warmup.py writes it); `method`:
+    full, lora or qlora (the warm-up's learning rate depends on it)."""
     folder = run_dir if _is_warmup(run_dir) else run_dir / WARMUP_DIR
     try:
         source = json.loads((folder / WARMUP_SOURCE_FILE).read_text(encoding="utf-8"))
     except (OSError, ValueError):
         source = {}
-    warm = recipe.warmup
     return (
         f"{source.get('examples', '?')} examples from `{source.get('source', warm.source)}`, supervised (TRL's "
-        f"SFTTrainer, loss on the completion), learning rate {warm.learning_rate_for(recipe.method):g}; GRPO "
+        f"SFTTrainer, loss on the completion), learning rate {warm.learning_rate_for(method):g}; GRPO "
         "starts from its weights"
     )
 
@@ -202,24 +217,24 @@ def _accuracy(f: dict) -> str:
     return f"{100 * f['accuracy']:.1f}% ({100 * f['ci95'][0]:.1f}-{100 * f['ci95'][1]:.1f})"
 
 
-def _load_snippet(run_dir: Path, recipe: Recipe) -> list[str]:
+def _load_snippet(run_dir: Path, model_name: str, lora: LoraSection | None, run_name: str) -> list[str]:
     final = run_dir / FINAL_DIR
-    if recipe.lora is None:
+    if lora is None:
         return [
             "from transformers import AutoModelForCausalLM, AutoTokenizer",
             "",
             f'model = AutoModelForCausalLM.from_pretrained("{final}", dtype="auto")',
             f'tokenizer = AutoTokenizer.from_pretrained("{final}")',
         ]
-    base = recipe.model.name
+    base = model_name
     if base.startswith("pkg:") or base.endswith(".gguf"):
         return [
-            f"# The base is a .gguf file: merge once with `grpo export {run_dir} --merge merged/{recipe.run_name}`,",
+            f"# The base is a .gguf file: merge once with `grpo export {run_dir} --merge merged/{run_name}`,",
             "# then load that plain directory:",
             "from transformers import AutoModelForCausalLM, AutoTokenizer",
             "",
-            f'model = AutoModelForCausalLM.from_pretrained("merged/{recipe.run_name}", dtype="auto")',
-            f'tokenizer = AutoTokenizer.from_pretrained("merged/{recipe.run_name}")',
+            f'model = AutoModelForCausalLM.from_pretrained("merged/{run_name}", dtype="auto")',
+            f'tokenizer = AutoTokenizer.from_pretrained("merged/{run_name}")',
         ]
     return [
         "from peft import PeftModel",
