@@ -47,7 +47,7 @@ def test_plan_sizes_sequences_at_the_longest_prompt_training_will_see(tiny_qwen2
     assert plan["prompt_tokens"] == max(lengths) < 200 == plan["limits"]["prompt_tokens"]
     assert plan["peak_rss_gib"] < plan["limits"]["peak_rss_gib"]
     recipe = load_recipe(path, scope="plan")
-    at_data = memory_plan(recipe, architectures.resolve(recipe), "cpu", prompt_tokens=max(lengths))
+    at_data = memory_plan(recipe, architectures.resolve(recipe.model), "cpu", prompt_tokens=max(lengths))
     assert plan["peak_tensors_gib"] == round(at_data.peak_tensors / 2**30, 4)
 
     table = runner.invoke(app, ["plan", str(path), "--device", "cpu"]).output

@@ -208,7 +208,7 @@ def _try(
 
     try:
         changed = with_changes(recipe, changes)
-        architectures.check_context(changed, arch)
+        architectures.check_context(changed.data, changed.grpo, arch)
     except UserError as exc:
         return Trial(value, changes, refused=str(exc.problems[0]))
     return Trial(value, changes, memory_plan(changed, arch, device, budget, prompt_tokens))

@@ -35,7 +35,7 @@ def prepare_environment(recipe: Recipe) -> None:
     from grpo_cli.plan.vllm_memory import kv_cache_space_gib
     from grpo_cli.recipe.precision import precision_here
 
-    kv = kv_cache_space_gib(recipe, architectures.resolve(recipe))
+    kv = kv_cache_space_gib(recipe, architectures.resolve(recipe.model))
     engine_settings(precision_here(recipe.model, on_cpu=True).inference_dtype, on_gpu=False, kv_gib=kv)
 
 
