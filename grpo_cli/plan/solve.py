@@ -85,7 +85,7 @@ def solve(recipe: Recipe, key: str, result: PlanResult) -> Solution:
     elif key == PROMPT:
         basis = "planned at the prompt limit itself, the bound for any data the recipe accepts"
     else:
-        basis = f"{result.data_note} ({limit_prompt_tokens(recipe)} prompt tokens)"
+        basis = f"{result.data_note} ({limit_prompt_tokens(recipe.data)} prompt tokens)"
     value_at, changes_for, note = _candidates(recipe, key)
     trials: dict[int, Trial] = {}
 
@@ -151,7 +151,7 @@ def _check_key(recipe: Recipe, key: str) -> None:
 
 def _current(recipe: Recipe, key: str) -> int:
     if key == PROMPT:
-        return limit_prompt_tokens(recipe)
+        return limit_prompt_tokens(recipe.data)
     section, name = key.split(".")
     return getattr(getattr(recipe, section), name)
 
