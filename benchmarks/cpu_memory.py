@@ -171,7 +171,7 @@ def recipe_as_ran(config: str, directory: Path):
 
     recipe = load_recipe(CONFIGS[config][0], CONFIGS[config][1], scope="plan")
     ran = calibration_recipe(recipe, models.load_tokenizer(recipe.model), directory)
-    return ran, architectures.resolve(ran)
+    return ran, architectures.resolve(ran.model)
 
 
 def report(path: Path) -> None:

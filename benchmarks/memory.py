@@ -336,7 +336,7 @@ def measure_one(name: str, cfg: dict) -> dict:
         phases: dict = {}
         measured, ran = measure_peak(recipe, phases)
         device = "cuda" if torch.cuda.is_available() else "cpu"
-        plan = memory_plan(ran, architectures.resolve(ran), device)
+        plan = memory_plan(ran, architectures.resolve(ran.model), device)
     return {
         "config": name,
         "device": device,

@@ -61,7 +61,7 @@ def cases(directory: Path) -> list[tuple[str, object, object, float, str]]:
         raw["data"]["max_prompt_length"] = int(row["prompt"])
         recipe = Recipe.model_validate(raw)
         measured = float(row["measured_gib"]) * 2**30
-        out.append((row["config"], recipe, architectures.resolve(recipe), measured, row["device"]))
+        out.append((row["config"], recipe, architectures.resolve(recipe.model), measured, row["device"]))
     return out + real_model_cases(directory)
 
 
@@ -107,7 +107,7 @@ def plan_for_data_rows() -> list[tuple[str, float, float]]:
         recipe_path, overrides, _ = CASES[case]
         recipe = load_recipe(ROOT / recipe_path, overrides, scope="plan")
         plan = model.memory_plan(
-            recipe, architectures.resolve(recipe), "cpu", prompt_tokens=row["longest_prompt_tokens"]
+            recipe, architectures.resolve(recipe.model), "cpu", prompt_tokens=row["longest_prompt_tokens"]
         )
         out.append((f"plan_for_data/{case}", plan.peak_tensors / 2**30, row["measured_peak_rss_gib"]))
     return out

@@ -53,7 +53,7 @@ def planned_rss_gib(recipe: str, overrides: list[str], use_vllm: bool) -> float:
     loaded = load_recipe(Path(recipe), [*overrides, f"grpo.use_vllm={str(use_vllm).lower()}"])
     lengths, _ = read_data_lengths(loaded)
     plan = memory_plan(
-        loaded, architectures.resolve(loaded), "cpu", 24 * GIB, lengths.longest_prompt if lengths else None
+        loaded, architectures.resolve(loaded.model), "cpu", 24 * GIB, lengths.longest_prompt if lengths else None
     )
     return plan.peak_rss / GIB
 

@@ -104,7 +104,7 @@ def test_plan_divides_what_each_strategy_shards():
         recipe = load_recipe(
             "recipes/qwen2.5/7b_full_8gpu.yaml", [f"distributed.strategy={strategy}", f"distributed.num_processes={n}"]
         )
-        return memory_plan(recipe, architectures.resolve(recipe))
+        return memory_plan(recipe, architectures.resolve(recipe.model))
 
     ddp, zero2, zero3, single = plan("ddp"), plan("zero2"), plan("zero3"), plan("ddp", 1)
     assert zero3.term("weights").bytes == pytest.approx(ddp.term("weights").bytes / 8)

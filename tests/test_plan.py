@@ -18,7 +18,7 @@ runner = CliRunner()
 
 def plan_for(recipe_path, *overrides, gpu=None):
     recipe = load_recipe(recipe_path, list(overrides))
-    return memory_plan(recipe, architectures.resolve(recipe), "cuda", gpu)
+    return memory_plan(recipe, architectures.resolve(recipe.model), "cuda", gpu)
 
 
 def test_worked_example_llama_8b_20k_tokens():
@@ -64,7 +64,7 @@ def test_foreach_adamw_holds_one_more_parameter_set_at_the_step_on_cuda_only():
     """Seen on an H100: torch's AdamW steps all parameters at once on CUDA (one sqrt(exp_avg_sq) per parameter beside
     the gradients); the plan missed it by 20% on Llama-3.2-1B's full fine-tuning."""
     recipe = load_recipe(ROOT / "recipes/qwen2.5/1.5b_full.yaml", ["training.optim=adamw_torch"])
-    arch = architectures.resolve(recipe)
+    arch = architectures.resolve(recipe.model)
     cuda = memory_plan(recipe, arch, "cuda")
     assert cuda.term("optimizer step temporaries").bytes == cuda.term("gradients").bytes
     names = lambda plan: {t.name for t in plan.terms}  # noqa: E731
@@ -79,7 +79,7 @@ def test_full_fine_tuning_keeps_each_trainable_linears_input():
     recipe = ROOT / "recipes/qwen2.5/1.5b_full.yaml"
     no_ckpt = ["model.gradient_checkpointing=false", "model.mixed_precision=no"]
     full_recipe = load_recipe(recipe, no_ckpt)
-    arch = architectures.resolve(full_recipe)
+    arch = architectures.resolve(full_recipe.model)
     full = plan_for(recipe, *no_ckpt)
     lora = plan_for(recipe, *no_ckpt, "lora.r=16", "lora.dropout=0", "lora.target_modules=[q_proj]")
     token_layers = (
@@ -126,7 +126,7 @@ def test_every_suggestion_lowers_the_planned_peak():
     for name in ("qwen2.5/1.5b_full.yaml", "qwen2.5/0.5b_lora.yaml", "llama3.1/8b_qlora.yaml"):
         for extra in ([], ["model.gradient_checkpointing=false"]):
             recipe = load_recipe(ROOT / "recipes" / name, ["training.optim=adamw_torch", *extra])
-            arch = architectures.resolve(recipe)
+            arch = architectures.resolve(recipe.model)
             for device in ("cuda", "cpu"):
                 before = memory_plan(recipe, arch, device)
                 # Fewer generations per prompt halves the completions per micro-batch too, so what the batch
@@ -176,7 +176,7 @@ def test_plan_imports_neither_torch_nor_training():
 
 def test_local_model_dir_architecture(tiny_qwen2, tmp_path):
     recipe = load_recipe(write_recipe(tmp_path, tiny_qwen2))
-    arch = architectures.resolve(recipe)
+    arch = architectures.resolve(recipe.model)
     assert arch.qkv_bias and not arch.tie_word_embeddings and arch.hidden_size == 32
 
 
@@ -204,7 +204,7 @@ def test_plan_reads_the_architecture_from_a_gguf_header(tmp_path, monkeypatch):
     writer.close()
     recipe = path.with_suffix(".yaml")
     recipe.write_text(f"model:\n  name: {path}\nrewards: [correctness]\n")
-    arch = architectures.resolve(load_recipe(recipe, scope="plan"))
+    arch = architectures.resolve(load_recipe(recipe, scope="plan").model)
     assert (arch.num_layers, arch.hidden_size, arch.num_heads, arch.num_kv_heads, arch.head_dim) == (3, 64, 4, 2, 16)
     assert (arch.intermediate_size, arch.vocab_size, arch.tie_word_embeddings, arch.qkv_bias) == (160, 100, True, True)
     # Not converted yet: the plan gives the one-time conversion's peak (runtime + 4 B per element), then no more.
@@ -285,7 +285,7 @@ def test_lora_under_autocast_counts_frozen_linears_once_cast():
     """float32 weights, LoRA, bf16 autocast: the frozen decoder Linears are stored in bfloat16 (frozen_weights.py)."""
     recipe = ROOT / "recipes/qwen2.5/1.5b_full.yaml"
     lora = ("model.dtype=float32", "lora.r=16")
-    arch = architectures.resolve(load_recipe(recipe, list(lora)))
+    arch = architectures.resolve(load_recipe(recipe, list(lora)).model)
     cast = plan_for(recipe, *lora, "model.mixed_precision=bf16").term("weights").bytes
     kept = plan_for(recipe, *lora, "model.mixed_precision=no").term("weights").bytes
     assert kept == arch.params * 4
@@ -304,7 +304,7 @@ def test_a_lora_layers_backward_on_cuda_holds_the_input_cast_and_the_recomputed_
     recipe = ROOT / "recipes/qwen2.5/1.5b_lora.yaml"
     base = ["model.dtype=bfloat16", "model.gradient_checkpointing=true"]
     plan = plan_for(recipe, *base)
-    arch = architectures.resolve(load_recipe(recipe, base))
+    arch = architectures.resolve(load_recipe(recipe, base).model)
     T = plan.term("activations").bytes // (arch.num_layers * arch.hidden_size * 2)  # layer-input checkpoints
     cast, grads = plan.term("adapter input cast"), plan.term("recomputed layer gradients")
     assert cast.bytes == T * arch.intermediate_size * 4 and cast.phase == "training-recompute"

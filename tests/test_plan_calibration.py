@@ -42,7 +42,7 @@ def test_plan_within_bound_of_measured_peak(tmp_path, small_llama, sections):
     sections["model"]["name"] = str(small_llama)
     recipe = load_recipe(write_recipe(tmp_path, small_llama, training={"per_device_train_batch_size": 4}, **sections))
     measured, ran = measure_peak(recipe)
-    predicted = memory_plan(ran, architectures.resolve(ran), "cpu").peak_tensors
+    predicted = memory_plan(ran, architectures.resolve(ran.model), "cpu").peak_tensors
     assert abs(predicted - measured) / measured < 0.15, (predicted / 2**20, measured / 2**20)
 
 

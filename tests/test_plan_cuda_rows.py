@@ -44,7 +44,7 @@ def plan_of(row: dict, shapes: Path):
     raw = recipe_dict(shapes / cfg["arch"], cfg)
     raw["data"]["max_prompt_length"] = int(row["prompt"])
     recipe = Recipe.model_validate(raw)
-    return memory_plan(recipe, architectures.resolve(recipe), "cuda", prompt_tokens=int(row["prompt"]))
+    return memory_plan(recipe, architectures.resolve(recipe.model), "cuda", prompt_tokens=int(row["prompt"]))
 
 
 def test_no_measured_cuda_row_is_further_under_than_the_close_margin(shapes):
@@ -72,7 +72,7 @@ def test_cublas_workspaces_are_planned_on_cuda_only(shapes):
     assert plan_of(row, shapes).term("cuBLAS workspaces").bytes == 64 * 2**20
     cfg = CUDA_CONFIGS[row["config"]]
     recipe = Recipe.model_validate(recipe_dict(shapes / cfg["arch"], cfg))
-    on_cpu = memory_plan(recipe, architectures.resolve(recipe), "cpu", prompt_tokens=38)
+    on_cpu = memory_plan(recipe, architectures.resolve(recipe.model), "cpu", prompt_tokens=38)
     assert "cuBLAS workspaces" not in [t.name for t in on_cpu.terms]
 
 

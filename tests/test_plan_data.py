@@ -47,7 +47,7 @@ def test_plan_sizes_sequences_at_the_longest_prompt_training_will_see(tiny_qwen2
     assert plan["prompt_tokens"] == max(lengths) < 200 == plan["limits"]["prompt_tokens"]
     assert plan["peak_rss_gib"] < plan["limits"]["peak_rss_gib"]
     recipe = load_recipe(path, scope="plan")
-    at_data = memory_plan(recipe, architectures.resolve(recipe), "cpu", prompt_tokens=max(lengths))
+    at_data = memory_plan(recipe, architectures.resolve(recipe.model), "cpu", prompt_tokens=max(lengths))
     assert plan["peak_tensors_gib"] == round(at_data.peak_tensors / 2**30, 4)
 
     table = runner.invoke(app, ["plan", str(path), "--device", "cpu"]).output
@@ -81,7 +81,7 @@ def test_lengths_are_cached_on_the_file_and_measured_again_when_it_changes(tiny_
     first, _ = read_data_lengths(recipe)
     measure = data_lengths._measure
 
-    def not_again(recipe):
+    def not_again(model, data, seed, tools):
         raise AssertionError("measured again")
 
     monkeypatch.setattr(data_lengths, "_measure", not_again)
@@ -116,9 +116,10 @@ def test_once_a_folder_was_seen_the_plan_counts_without_torch_the_tokens_trainin
     from grpo_cli.plan.light_tokenizer import longest_prompt, remember_class
 
     recipe = load_recipe(write_recipe(tmp_path, tiny_qwen2, data={"limit": 200, "max_prompt_length": 64}))
-    assert longest_prompt(recipe) is None  # a folder not seen yet: the full tokenizer decides
+    # a folder not seen yet: the full tokenizer decides
+    assert longest_prompt(recipe.model, recipe.data, recipe.training.seed) is None
     remember_class(models.load_tokenizer(recipe.model))  # as the first plan of the folder does
-    assert longest_prompt(recipe) == full_lengths(recipe)
+    assert longest_prompt(recipe.model, recipe.data, recipe.training.seed) == full_lengths(recipe)
 
     rows = [{"question": f"Q{i}: what is {i} + {i}? " * (1 + i % 7), "answer": f"#### {2 * i}"} for i in range(60)]
     rows += [{"question": "", "answer": "#### 1"}, {"question": "no number", "answer": "#### many"}]
@@ -126,7 +127,7 @@ def test_once_a_folder_was_seen_the_plan_counts_without_torch_the_tokens_trainin
     recipe = load_recipe(
         write_recipe(tmp_path, tiny_qwen2, data={"source": str(source), "limit": 55, "max_prompt_length": 90})
     )
-    assert longest_prompt(recipe) == full_lengths(recipe)
+    assert longest_prompt(recipe.model, recipe.data, recipe.training.seed) == full_lengths(recipe)
 
     code = (
         "import sys; from grpo_cli.cli import app; "
@@ -149,5 +150,8 @@ def test_the_tool_descriptions_count_in_both_ways(tool_model, tmp_path):
     recipe = load_recipe(write_recipe(tmp_path, tool_model, tools=[{"name": "calculator"}]))
     remember_class(models.load_tokenizer(recipe.model))
     tools = guarded_tools(recipe.tools)
-    with_tools = longest_prompt(recipe, tools)
-    assert with_tools == full_lengths(recipe, tools) and with_tools[0] > longest_prompt(recipe)[0]
+    with_tools = longest_prompt(recipe.model, recipe.data, recipe.training.seed, tools)
+    assert (
+        with_tools == full_lengths(recipe, tools)
+        and with_tools[0] > longest_prompt(recipe.model, recipe.data, recipe.training.seed)[0]
+    )

@@ -173,7 +173,7 @@ def test_the_plan_counts_the_cpu_engine_and_sizes_its_kv_cache_as_training_does(
     monkeypatch.delenv("VLLM_ENABLE_V1_MULTIPROCESSING", raising=False)
     plain = load_recipe(root / "recipes" / "demo.yaml", ["model.mixed_precision=no"])
     recipe = load_recipe(root / "recipes" / "demo.yaml", ["grpo.use_vllm=true", "model.mixed_precision=no"])
-    arch = architectures.resolve(recipe)
+    arch = architectures.resolve(recipe.model)
     with_vllm, without = memory_plan(recipe, arch, "cpu", 24 * 2**30), memory_plan(plain, arch, "cpu", 24 * 2**30)
     terms = {t.name: t for t in with_vllm.terms}
     assert {"vLLM weights", "vLLM packed vocabulary", "vLLM KV cache", "vLLM runtime"} <= set(terms)

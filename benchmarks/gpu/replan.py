@@ -40,7 +40,7 @@ def main() -> None:
             raw = recipe_dict(folder, cfg)
             raw["data"]["max_prompt_length"] = int(row["prompt"])
             recipe = Recipe.model_validate(raw)
-            plan = memory_plan(recipe, architectures.resolve(recipe), "cuda", prompt_tokens=int(row["prompt"]))
+            plan = memory_plan(recipe, architectures.resolve(recipe.model), "cuda", prompt_tokens=int(row["prompt"]))
             measured = float(row["measured_gib"])
             error = 100 * (plan.peak_tensors / GIB - measured) / measured
             errors.append(abs(error))

@@ -140,8 +140,9 @@ def plan(
     from rich.console import Console
 
     from grpo_cli.plan.fit import plan_recipe
+    from grpo_cli.plan.notes import budget_notes
     from grpo_cli.plan.solve import solve as largest_fitting
-    from grpo_cli.plan.view import budget_notes, plan_json, print_plan
+    from grpo_cli.plan.view import plan_json, print_plan
     from grpo_cli.recipe.validation import load_recipe
 
     with user_errors(as_json):

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from grpo_cli.errors import UserError
+from grpo_cli.recipe.schema import DataSection, GRPOSection, ModelSection
 
 
 @dataclass(frozen=True)
@@ -141,10 +142,10 @@ def _positions(config: dict[str, Any]) -> int | None:
     return base
 
 
-def check_context(recipe, arch: Architecture) -> None:
+def check_context(data: DataSection, grpo: GRPOSection, arch: Architecture) -> None:
     """A prompt and completion budget beyond the positions the model was trained for: one line, before any run."""
     limit = arch.max_position_embeddings
-    prompt, budget = recipe.data.max_prompt_length or 0, recipe.grpo.max_completion_length
+    prompt, budget = data.max_prompt_length or 0, grpo.max_completion_length
     if limit is None or prompt + budget <= limit:
         return
     plus = f" + {prompt} of prompt (data.max_prompt_length)" if prompt else ""
@@ -168,16 +169,16 @@ def lookup_builtin(name: str) -> Architecture | None:
     return None
 
 
-def resolve(recipe) -> Architecture:
+def resolve(model: ModelSection) -> Architecture:
     """The architecture of the recipe's model, without loading weights."""
-    manual = recipe.model.architecture
+    manual = model.architecture
     if manual is not None:
-        return Architecture(name=recipe.model.name, **manual.model_dump())
-    found = from_name(recipe.model.name, recipe.model.revision)
+        return Architecture(name=model.name, **manual.model_dump())
+    found = from_name(model.name, model.revision)
     if found is not None:
         return found
     raise UserError(
-        f"cannot tell the architecture of `{recipe.model.name}` offline (not a local model directory, not in the "
+        f"cannot tell the architecture of `{model.name}` offline (not a local model directory, not in the "
         f"built-in table: {', '.join(sorted({a.name for a in BUILTIN.values()}))}); give it by hand under "
         "model.architecture: hidden_size, num_layers, num_heads, num_kv_heads, head_dim, intermediate_size, "
         "vocab_size, tie_word_embeddings, qkv_bias",

@@ -7,17 +7,20 @@ from __future__ import annotations
 
 from grpo_cli.plan.architectures import Architecture
 from grpo_cli.plan.sharding import Term
-from grpo_cli.recipe.schema import Recipe
+from grpo_cli.plan.static_memory import Held
+from grpo_cli.recipe.schema import LoraSection
 
 
-def layer_backward_transients(recipe: Recipe, arch: Architecture, device: str, T: int, w: int, param_bytes: int):
+def layer_backward_transients(
+    arch: Architecture, device: str, held: Held, lora: LoraSection | None, T: int
+) -> list[Term]:
     """Terms of the layer backwards' phase, after the head's backward has freed its tiles (with checkpointing, the
     recomputed layer's; without it the trace showed the same: the cast alive at the peak, no head block)."""
     if device == "cpu":
         return []
     phase = "training-recompute"
     terms = []
-    lora, f = recipe.lora, arch.intermediate_size
+    f, w, param_bytes = arch.intermediate_size, held.w, held.param_bytes
     adapted = arch.adapted_shapes(lora.target_modules) if lora is not None else []
     if adapted and param_bytes != w:
         # PEFT's _cast_input_dtype gives lora_A a copy of the Linear's input in the adapters' float32; one of them,
@@ -31,7 +34,7 @@ def layer_backward_transients(recipe: Recipe, arch: Architecture, device: str, T
                 f"T {T} x {widest} x {param_bytes} B (PEFT's float32 copy of one input)",
             )
         )
-    if recipe.model.gradient_checkpointing:
+    if held.checkpointing:
         # The recomputed layer's backward holds the gradients of the MLP's two f-wide activations (gate and up) while
         # it forms theirs: what the recomputed layer held beyond the plan's forward figure.
         terms.append(

@@ -17,8 +17,9 @@ from pathlib import Path
 from grpo_cli.errors import UserError
 from grpo_cli.plan.light_tokenizer import folder_identity
 from grpo_cli.recipe.generated_tasks import task_name
-from grpo_cli.recipe.schema import Recipe
+from grpo_cli.recipe.schema import DataSection, ModelSection, Recipe
 from grpo_cli.recipe.sources import GENERATED, model_location
+from grpo_cli.recipe.user_code import ToolSpec
 
 
 @dataclass(frozen=True)
@@ -43,14 +44,16 @@ def read_data_lengths(recipe: Recipe) -> tuple[DataLengths | None, str]:
         too_long = long_line(Path(data.source).expanduser())  # before any line is read whole
         if too_long:
             raise UserError(too_long, path="data.source")
-    key = _cache_key(recipe)
+    key = _cache_key(recipe.model, data, recipe.training.seed, recipe.tools)
     cached = _cache_file(key)
     try:
         return DataLengths(**json.loads(cached.read_text())), ""
     except (OSError, ValueError, TypeError):
         pass  # not cached yet (or an unreadable entry): measure
+    from grpo_cli.tools.wiring import prompt_tools
+
     try:
-        lengths = _measure(recipe)
+        lengths = _measure(recipe.model, data, recipe.training.seed, prompt_tools(recipe))
     except UserError as error:
         return None, f"the data could not be measured ({error.problems[0].message}): planned at the recipe's limits"
     except Exception as exc:  # a tokenizer that cannot load offline, a broken file: the limits still give a plan
@@ -63,53 +66,53 @@ def read_data_lengths(recipe: Recipe) -> tuple[DataLengths | None, str]:
     return lengths, ""
 
 
-def _measure(recipe: Recipe) -> DataLengths:
-    """Without torch where the tokenizer and data allow (light_tokenizer.py), else as training prepares its data."""
+def _measure(model: ModelSection, data: DataSection, seed: int, tools: list | None) -> DataLengths:
+    """Without torch where the tokenizer and data allow (light_tokenizer.py), else as training prepares its data;
+    `seed`: training.seed, `tools`: those rendered into every prompt (tools/wiring.py, prompt_tools)."""
     from grpo_cli.plan.light_tokenizer import longest_prompt, remember_class
-    from grpo_cli.tools.wiring import prompt_tools
 
-    tools = prompt_tools(recipe)
-    light = longest_prompt(recipe, tools)
+    light = longest_prompt(model, data, seed, tools)
     if light is not None:
-        return DataLengths(*light, recipe.data.source)
+        return DataLengths(*light, data.source)
 
-    from grpo_cli import data, models
+    from grpo_cli import models
+    from grpo_cli.data import prepare
     from grpo_cli.progress import quiet_libraries
 
     quiet_libraries()
-    tokenizer = models.tokenizer_without_weights(recipe.model)
+    tokenizer = models.tokenizer_without_weights(model)
     remember_class(tokenizer)  # the next plan of this folder loads the same class without torch
-    prepared = data.prepare(recipe.data, tokenizer, seed=recipe.training.seed, tools=tools)
-    return DataLengths(max(prepared.prompt_lengths), len(prepared.prompt_lengths), recipe.data.source)
+    prepared = prepare(data, tokenizer, seed=seed, tools=tools)
+    return DataLengths(max(prepared.prompt_lengths), len(prepared.prompt_lengths), data.source)
 
 
-def _cache_key(recipe: Recipe) -> str:
+def _cache_key(model: ModelSection, data: DataSection, seed: int, tools: list[ToolSpec]) -> str:
     """Everything the lengths depend on: the data settings, the data file, the tokenizer's files, the tools."""
     import grpo_cli
 
     parts = [
         grpo_cli.__version__,
-        recipe.data.model_dump_json(),
-        str(recipe.training.seed),  # generated data is drawn with it
-        json.dumps([t.model_dump(mode="json") for t in recipe.tools], sort_keys=True, default=str),
-        _file_identity(recipe.data.source) if recipe.data.source != GENERATED else GENERATED,
-        _tokenizer_identity(recipe),
+        data.model_dump_json(),
+        str(seed),  # generated data is drawn with it
+        json.dumps([t.model_dump(mode="json") for t in tools], sort_keys=True, default=str),
+        _file_identity(data.source) if data.source != GENERATED else GENERATED,
+        _tokenizer_identity(model),
     ]
-    for tool in recipe.tools:
+    for tool in tools:
         file = tool.name.partition(":")[0]
         if file.endswith(".py"):
             parts.append(_file_identity(file))
     return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:32]
 
 
-def _tokenizer_identity(recipe: Recipe) -> str:
-    if recipe.model.chat_template:  # another template renders other prompt lengths
-        return f"{_tokenizer_files(recipe)}|template:{recipe.model.chat_template}"
-    return _tokenizer_files(recipe)
+def _tokenizer_identity(model: ModelSection) -> str:
+    if model.chat_template:  # another template renders other prompt lengths
+        return f"{_tokenizer_files(model)}|template:{model.chat_template}"
+    return _tokenizer_files(model)
 
 
-def _tokenizer_files(recipe: Recipe) -> str:
-    name = recipe.model.tokenizer or recipe.model.name
+def _tokenizer_files(model: ModelSection) -> str:
+    name = model.tokenizer or model.name
     try:
         location = Path(model_location(name))
     except UserError:
@@ -118,7 +121,7 @@ def _tokenizer_files(recipe: Recipe) -> str:
         return folder_identity(location)
     if location.is_file():
         return _file_identity(str(location))
-    return f"{name}@{recipe.model.revision}"  # a hub id: its revision names its files
+    return f"{name}@{model.revision}"  # a hub id: its revision names its files
 
 
 def _file_identity(path: str) -> str:

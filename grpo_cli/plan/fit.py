@@ -30,9 +30,9 @@ def plan_recipe(recipe: Recipe, gpu: str | None, device: str | None, ram: str | 
     """The plan on the GPU named by `--gpu` or the recipe, or on the CPU against `--ram` (default: this machine's),
     for the recipe's data and at its limits; the suggestions when it does not fit."""
     device = plan_device(device, gpu, ram)
-    arch = architectures.resolve(recipe)
-    architectures.check_context(recipe, arch)
-    gpu_label, gpu_bytes = gpu_for(recipe, gpu) if device != "cpu" else (None, None)
+    arch = architectures.resolve(recipe.model)
+    architectures.check_context(recipe.data, recipe.grpo, arch)
+    gpu_label, gpu_bytes = gpu_for(recipe.hardware, gpu) if device != "cpu" else (None, None)
     device = device or ("cuda" if gpu_bytes or has_nvidia_gpu() else "cpu")
     if device == "cpu":
         gpu_label, gpu_bytes = ram_for(ram)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 
 from grpo_cli.errors import UserError
+from grpo_cli.recipe.machine import HardwareSection
 
 GPUS: dict[str, float] = {
     "RTX 3060": 12,
@@ -60,9 +61,8 @@ def gpu_memory_bytes(spec: str) -> tuple[str, float]:
     )
 
 
-def gpu_for(recipe, flag: str | None) -> tuple[str | None, float | None]:
+def gpu_for(hardware: HardwareSection, flag: str | None) -> tuple[str | None, float | None]:
     """The GPU a command is asked about: its `--gpu` flag, else the recipe's hardware section, else none."""
-    hardware = recipe.hardware
     spec = flag or hardware.gpu or (f"{hardware.gpu_memory_gb}GB" if hardware.gpu_memory_gb else None)
     return gpu_memory_bytes(spec) if spec else (None, None)
 

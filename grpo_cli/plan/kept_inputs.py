@@ -5,13 +5,14 @@ layer's own blocks as torch's allocator trace listed them (benchmarks/gpu/README
 from __future__ import annotations
 
 from grpo_cli.plan.architectures import Architecture
-from grpo_cli.recipe.schema import Recipe
+from grpo_cli.plan.static_memory import Held
+from grpo_cli.recipe.schema import LoraSection
 
 
-def kept_linear_inputs(recipe: Recipe, arch: Architecture, w: int, param_bytes: int, mixed: str) -> float:
+def kept_linear_inputs(arch: Architecture, held: Held, lora: LoraSection | None) -> float:
     """Bytes per token and layer of the Linear inputs autograd keeps beyond the layer's own activations."""
     kept = 0.0
-    lora = recipe.lora
+    w, param_bytes, mixed = held.w, held.param_bytes, held.mixed
     if lora is not None:
         # PEFT casts each adapted Linear's input to the adapter dtype (float32 on a bf16 base); lora_A keeps that
         # copy (with dropout > 0 the dropped-out one too; under autocast the copy is 2 B). With no cast at all
@@ -19,7 +20,7 @@ def kept_linear_inputs(recipe: Recipe, arch: Architecture, w: int, param_bytes: 
         copies = (1 if param_bytes != w else 0) + (1 if lora.dropout > 0 else 0)
         kept += copies * arch.linear_inputs(lora.target_modules) * (2 if mixed != "no" else param_bytes)
         kept += arch.distinct_linear_inputs * w if (mixed == "no" and param_bytes == w) else 0
-        if recipe.quantization is not None and mixed != "no":
+        if held.quantized and mixed != "no":
             # PEFT's 4-bit LoRA layer skips that cast under autocast (peft/tuners/lora/bnb.py), so lora_A keeps the
             # layer's input itself, one per distinct input: QLoRA without checkpointing was 28-31% under without
             # it (benchmarks/gpu/h200-2026-12-04/).

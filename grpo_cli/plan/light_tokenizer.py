@@ -15,18 +15,19 @@ from pathlib import Path
 
 from grpo_cli.chat_templates import adapt
 from grpo_cli.errors import UserError
+from grpo_cli.recipe.schema import DataSection, ModelSection
 from grpo_cli.recipe.sources import model_location
 
 
-def light_tokenizer(recipe):
-    """The recipe's tokenizer from a local folder, without torch, or None (see the module docstring)."""
+def light_tokenizer(model: ModelSection):
+    """The model section's tokenizer from a local folder, without torch, or None (see the module docstring)."""
     from grpo_cli.files import cache_root
     from grpo_cli.gguf import converted_dir
 
-    if recipe.model.trust_remote_code:
+    if model.trust_remote_code:
         return None
     try:
-        location = Path(model_location(recipe.model.tokenizer or recipe.model.name))
+        location = Path(model_location(model.tokenizer or model.name))
     except UserError:
         return None
     if location.suffix == ".gguf" and location.is_file():
@@ -44,7 +45,7 @@ def light_tokenizer(recipe):
             tokenizer = getattr(transformers, name).from_pretrained(str(folder))
         except Exception:  # a class gone or an unreadable folder (any library error): the full tokenizer decides
             return None
-        return adapt(tokenizer, recipe.model)
+        return adapt(tokenizer, model)
     return None
 
 
@@ -84,14 +85,17 @@ def _remembered() -> dict[str, str]:
     return known if isinstance(known, dict) else {}
 
 
-def longest_prompt(recipe, tools: list | None = None) -> tuple[int, int] | None:
-    """(longest prompt that survives the length filter, prompts that survive) without torch or `datasets`, or None."""
+def longest_prompt(
+    model: ModelSection, data: DataSection, seed: int, tools: list | None = None
+) -> tuple[int, int] | None:
+    """(longest prompt that survives the length filter, prompts that survive) without torch or `datasets`, or None;
+    `seed`: training.seed, which generated data is drawn with."""
     from grpo_cli.data import plain_prompts, prompt_lengths
 
-    prompts = plain_prompts(recipe.data, recipe.training.seed)
-    tokenizer = light_tokenizer(recipe) if prompts else None
+    prompts = plain_prompts(data, seed)
+    tokenizer = light_tokenizer(model) if prompts else None
     if tokenizer is None:
         return None
-    limit = recipe.data.max_prompt_length
+    limit = data.max_prompt_length
     kept = [n for n in prompt_lengths(tokenizer, prompts, tools) if limit is None or n <= limit]
     return (max(kept), len(kept)) if kept else None

@@ -24,12 +24,12 @@ from grpo_cli.plan.backward_transients import layer_backward_transients
 from grpo_cli.plan.kept_inputs import cuda_layer_activations, kept_linear_inputs
 from grpo_cli.plan.reward_models import reward_model_terms
 from grpo_cli.plan.sharding import Term, per_process
-from grpo_cli.plan.static_memory import bytes_per_trainable, mixed_precision_on, static_terms, trainable_params
-from grpo_cli.recipe.schema import Recipe
+from grpo_cli.plan.static_memory import Held, static_terms
+from grpo_cli.plan.vllm_memory import kv_cache_space_gib, vllm_cpu_terms
+from grpo_cli.recipe.schema import DataSection, GRPOSection, LoraSection, Recipe
 
 GIB = 2**30
 HEAD_TERM = "logits (chunked head)"
-DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4}
 
 # trl/kernels/chunked_logprob.py: the LM head is projected in [TOKEN_CHUNK_SIZE, CHUNK] tiles.
 TOKEN_CHUNK_SIZE = 4096
@@ -114,33 +114,37 @@ def memory_plan(
     """Bytes per term for one process (device), without loading anything. Sequences are sized at `prompt_tokens`
     (the longest prompt of the data: TRL pads a batch to its longest prompt) or, without it, at the recipe's limit,
     with completions at the full budget."""
-    w = DTYPE_BYTES[recipe.model.dtype]
-    prompt = prompt_tokens or limit_prompt_tokens(recipe)
-    terms = static_terms(recipe, arch, device, w) + _generation_terms(recipe, arch, device, w, prompt)
-    batch, seq = recipe.training.per_device_train_batch_size, prompt + recipe.grpo.max_completion_length
-    terms += _training_terms(recipe, arch, device, w, batch, seq)
-    if recipe.warmup is not None:  # supervised steps before GRPO: a training phase at the warm-up's batch and length
-        warm = _training_terms(
-            recipe, arch, device, w, recipe.warmup.per_device_train_batch_size, recipe.warmup.max_length
-        )
+    grpo, lora, warm = recipe.grpo, recipe.lora, recipe.warmup
+    held = static_memory.held(recipe.model, lora, recipe.quantization is not None, arch, device)
+    prompt, generated = prompt_tokens or limit_prompt_tokens(recipe.data), recipe.generation_batch_per_process
+    terms = static_terms(arch, device, held, lora, recipe.quantization, grpo, recipe.training.optim, recipe.distributed)
+    if grpo.use_vllm and device == "cpu":  # the engine in the trainer's process: static terms (vllm_memory.py)
+        terms += vllm_cpu_terms(arch, held, kv_cache_space_gib(arch, recipe.data, grpo, generated))
+    batch, seq = recipe.training.per_device_train_batch_size, prompt + grpo.max_completion_length
+    terms += _generation_terms(grpo, arch, device, held.w, prompt, batch, generated)
+    terms += reward_model_terms(recipe.rewards, arch, held.dtype, device, generated, seq, (ACT_HIDDEN, ACT_FFN))
+    step = static_memory.optimizer_step_temporaries(device, held, recipe.training.optim, recipe.distributed)
+    terms += _training_terms(arch, device, held, lora, step, batch, seq)
+    if warm is not None:  # supervised steps before GRPO: a training phase at the warm-up's batch and length
+        warm_terms = _training_terms(arch, device, held, lora, step, warm.per_device_train_batch_size, warm.max_length)
         terms += [
             Term(f"warm-up {t.name}", t.bytes, t.phase.replace("training", "warm-up"), t.formula)
-            for t in warm
+            for t in warm_terms
             if t.phase != "comparison"
         ]
-    terms = per_process(terms, recipe, arch, w)
+    terms = per_process(terms, recipe.distributed, recipe.trl, arch, held.w)
 
     static = sum(t.bytes for t in terms if t.phase == "static")
     generation = sum(t.bytes for t in terms if t.phase == "generation")
     training = _phase_peak(terms, "training", recipe.training.gradient_accumulation_steps > 1)
-    warmup = _phase_peak(terms, "warm-up", recipe.warmup is not None and recipe.warmup.gradient_accumulation_steps > 1)
+    warmup = _phase_peak(terms, "warm-up", warm is not None and warm.gradient_accumulation_steps > 1)
     # The warm-up runs before GRPO builds its reference model: the larger of the two stages decides the fit.
     warmup_peak = static - sum(t.bytes for t in terms if t.name == "reference model") + warmup if warmup else 0.0
     peak = max(static + max(generation, training), warmup_peak)
     smi = peak * (1 + ALLOCATOR_SLACK) + CUDA_CONTEXT_GIB * GIB
-    if recipe.grpo.use_vllm and gpu_bytes:
-        smi += recipe.grpo.vllm_gpu_memory_utilization * gpu_bytes
-    completion = recipe.grpo.max_completion_length
+    if grpo.use_vllm and gpu_bytes:
+        smi += grpo.vllm_gpu_memory_utilization * gpu_bytes
+    completion = grpo.max_completion_length
     return Plan(
         arch, terms, static, generation, training, peak, smi, device, gpu_bytes, prompt, completion, warmup, warmup_peak
     )
@@ -159,17 +163,18 @@ def _phase_peak(terms: list[Term], phase: str, accumulating: bool) -> float:
     return max(at_head_backward, at_recompute, at_optimizer_step)
 
 
-def limit_prompt_tokens(recipe: Recipe) -> int:
+def limit_prompt_tokens(data: DataSection) -> int:
     """The longest prompt the recipe allows; 256 when it sets no limit and the data was not measured."""
-    return recipe.data.max_prompt_length or 256
+    return data.max_prompt_length or 256
 
 
-def _generation_terms(recipe: Recipe, arch: Architecture, device: str, w: int, prompt: int) -> list[Term]:
-    """The whole generation batch at once (TRL generates gen_batch completions per process), and what scores it."""
+def _generation_terms(
+    grpo: GRPOSection, arch: Architecture, device: str, w: int, prompt: int, B: int, gen_batch: int
+) -> list[Term]:
+    """The whole generation batch at once (TRL generates gen_batch completions per process), and what scores it
+    after sampling in micro-batches of B; the reward models' terms follow (reward_models.py)."""
     h, f, L, V = arch.hidden_size, arch.intermediate_size, arch.num_layers, arch.vocab_size
-    B = recipe.training.per_device_train_batch_size
-    S = prompt + recipe.grpo.max_completion_length
-    gen_batch = recipe.generation_batch_per_process
+    S = prompt + grpo.max_completion_length
     terms: list[Term] = []
     kv_cache = gen_batch * S * 2 * L * arch.kv_dim * w
     terms.append(
@@ -195,9 +200,9 @@ def _generation_terms(recipe: Recipe, arch: Architecture, device: str, w: int, p
             "one layer's cache copy on growth + one layer's prefill activations + float32 scores",
         )
     )
-    if recipe.grpo.use_vllm:  # vLLM samples in its own memory: its cache and transients are not the trainer's
+    if grpo.use_vllm:  # vLLM samples in its own memory: its cache and transients are not the trainer's
         terms = []
-    if recipe.grpo.beta > 0 or recipe.grpo.num_iterations > 1:
+    if grpo.beta > 0 or grpo.num_iterations > 1:
         # After sampling, TRL scores the batch without grad (reference and/or old-policy log-probs) in
         # micro-batches of B: one layer's activations and the head's tile at a time.
         chunk = CPU_VOCAB_CHUNK_SIZE if device == "cpu" else VOCAB_CHUNK_SIZE
@@ -216,32 +221,33 @@ def _generation_terms(recipe: Recipe, arch: Architecture, device: str, w: int, p
                 + (" + float32 temporaries" if device == "cpu" else ""),
             )
         )
-    if recipe.grpo.use_vllm and device != "cpu":  # on a CPU: static terms (vllm_memory.py)
+    if grpo.use_vllm and device != "cpu":  # on a CPU: static terms (vllm_memory.py)
         terms.append(
             Term(
                 "vLLM reservation",
                 0.0,
                 "generation",
-                f"vllm_gpu_memory_utilization {recipe.grpo.vllm_gpu_memory_utilization} of the GPU (added below)",
+                f"vllm_gpu_memory_utilization {grpo.vllm_gpu_memory_utilization} of the GPU (added below)",
             )
         )
+    return terms
 
-    return terms + reward_model_terms(recipe, arch, device, prompt, ACT_HIDDEN, ACT_FFN)
 
-
-def _training_terms(recipe: Recipe, arch: Architecture, device: str, w: int, B: int, S: int) -> list[Term]:
-    """One micro-batch of B sequences of S tokens: activations, the chunked head, then gradients."""
+def _training_terms(
+    arch: Architecture, device: str, held: Held, lora: LoraSection | None, step: Term | None, B: int, S: int
+) -> list[Term]:
+    """One micro-batch of B sequences of S tokens: activations, the chunked head, then gradients and the optimizer
+    step's temporaries (`step`, None where it has none)."""
     h, f, L, V = arch.hidden_size, arch.intermediate_size, arch.num_layers, arch.vocab_size
-    trainable, param_bytes = trainable_params(recipe, arch), bytes_per_trainable(recipe, w)
+    w, trainable, param_bytes, mixed = held.w, held.trainable, held.param_bytes, held.mixed
     terms: list[Term] = []
     T = B * S
-    lora, mixed = recipe.lora, mixed_precision_on(recipe, device)
     if device == "cuda":
         per_token_layer = cuda_layer_activations(arch, w)
     else:
         per_token_layer = (ACT_HIDDEN * h + ACT_FFN * f + ACT_KV * arch.kv_dim) * w + ACT_HIDDEN_FP32 * h * 4
-    per_token_layer += kept_linear_inputs(recipe, arch, w, param_bytes, mixed)
-    if recipe.model.gradient_checkpointing:
+    per_token_layer += kept_linear_inputs(arch, held, lora)
+    if held.checkpointing:
         activations = T * L * h * w
         act_formula = f"T {T} tokens x L {L} x h {h} x {w} B layer-input checkpoints"
         # The head's tiles are freed before the last layer is recomputed, so a recomputed layer's activations never
@@ -258,7 +264,7 @@ def _training_terms(recipe: Recipe, arch: Architecture, device: str, w: int, B: 
         activations = T * L * per_token_layer
         act_formula = f"T {T} tokens x L {L} x {per_token_layer / 1e3:.1f} KB/token (no checkpointing)"
     terms.append(Term("activations", activations, "training", act_formula))
-    terms += layer_backward_transients(recipe, arch, device, T, w, param_bytes)
+    terms += layer_backward_transients(arch, device, held, lora, T)
     if lora is None and w == 4 and mixed != "no":
         # Autocast caches its low-precision copy of each trainable float32 weight for the forward, and autograd
         # keeps it for the backward (torch autocast's weight cache): 2 B/param until the backward ends.
@@ -288,8 +294,6 @@ def _training_terms(recipe: Recipe, arch: Architecture, device: str, w: int, B: 
     terms.append(Term("logits if unchunked", 2 * w * B * S * V, "comparison", unchunked_formula))
     grads = trainable * param_bytes
     terms.append(Term("gradients", grads, "training-late", f"P_t {trainable / 1e6:.2f}M x {param_bytes} B"))
-    step = static_memory.optimizer_step_temporaries(recipe, device, trainable, param_bytes)
     if step is not None:
         terms.append(step)
-
     return terms

@@ -18,7 +18,6 @@ from grpo_cli.errors import UserError
 from grpo_cli.plan import architectures
 from grpo_cli.plan.architectures import Architecture
 from grpo_cli.plan.sharding import Term
-from grpo_cli.recipe.schema import Recipe
 from grpo_cli.recipe.user_code import POLICY, RewardSpec
 
 OFF_GPU = "off-GPU"
@@ -27,16 +26,23 @@ CHARS_PER_TOKEN = 3
 
 
 def reward_model_terms(
-    recipe: Recipe, policy: Architecture, device: str, prompt: int, act_hidden: float, act_ffn: float
+    rewards: list[RewardSpec],
+    policy: Architecture,
+    policy_dtype: str,
+    device: str,
+    generated: int,
+    sequence: int,
+    act: tuple[float, float],
 ) -> list[Term]:
-    """The weights, scoring activations and (for a generating judge) KV cache of each reward model and judge; `prompt`:
-    the prompt tokens the plan sizes sequences at; `act_hidden`, `act_ffn`: the plan's per-token activation constants
+    """The weights, scoring activations and (for a generating judge) KV cache of each reward model and judge;
+    `generated`: the completions each process generates at once; `sequence`: the tokens of a prompt and its completion
+    the plan sizes sequences at; `act`: the plan's per-token activation constants for the hidden and the ffn size
     (plan/memory.py)."""
     terms: list[Term] = []
-    for index, spec in enumerate(recipe.rewards):
+    for index, spec in enumerate(rewards):
         if spec.is_model:
             arch = policy if _of_policy(spec) else scorer_architecture(spec, index)
-            terms += _terms(recipe, spec, arch, device, prompt, (act_hidden, act_ffn))
+            terms += _terms(spec, arch, policy_dtype, device, generated, sequence, act)
     return terms
 
 
@@ -63,13 +69,21 @@ def scorer_architecture(spec: RewardSpec, index: int) -> Architecture:
     return found
 
 
-def _terms(recipe: Recipe, spec: RewardSpec, arch: Architecture, device: str, prompt: int, act) -> list[Term]:
+def _terms(
+    spec: RewardSpec,
+    arch: Architecture,
+    policy_dtype: str,
+    device: str,
+    generated: int,
+    sequence: int,
+    act: tuple[float, float],
+) -> list[Term]:
     judge = spec.judge
     label = spec.name if spec.name.startswith("judge") else f"{'judge' if judge else 'reward model'} {spec.name}"
     on_cpu = spec.device == "cpu" and not _of_policy(spec)
     where = "in RAM, not on the GPU: " if on_cpu and device != "cpu" else ""
     phase = (lambda p: OFF_GPU) if where else (lambda p: p)
-    dtype = recipe.model.dtype if _of_policy(spec) else spec.dtype or recipe.model.dtype
+    dtype = policy_dtype if _of_policy(spec) else spec.dtype or policy_dtype
     w = 4 if dtype == "float32" else 2
     h, f, V = arch.hidden_size, arch.intermediate_size, arch.vocab_size
     if _of_policy(spec):
@@ -80,9 +94,9 @@ def _terms(recipe: Recipe, spec: RewardSpec, arch: Architecture, device: str, pr
         params = arch.params - arch.embedding_params + V * h + h  # no LM head; a score head of one output
         weights, formula = params * w, f"P {params / 1e6:.1f}M x {w} B ({dtype}): embedding, layers, one-output head"
     terms = [Term(f"{label}: weights", weights, phase("static"), where + formula)]
-    rows = min(spec.batch_size, recipe.generation_batch_per_process)
+    rows = min(spec.batch_size, generated)
     own_words = math.ceil(len(judge.prompt) / CHARS_PER_TOKEN) if judge else 0
-    tokens = spec.max_length or prompt + recipe.grpo.max_completion_length + own_words
+    tokens = spec.max_length or sequence + own_words
     read = f"max_length {tokens}" if spec.max_length else f"prompt + completion {tokens - own_words}"
     read += f" + its prompt's ~{own_words}" if own_words and not spec.max_length else ""
     scoring = rows * tokens * (act[0] * h + act[1] * f) * w / 4 + (2 * rows * V * 4 if judge else 0)

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from grpo_cli.plan.architectures import Architecture
-from grpo_cli.recipe.schema import Recipe
+from grpo_cli.recipe.machine import DistributedSection
 
 
 @dataclass
@@ -33,9 +34,12 @@ SHARDED = {
 }
 
 
-def per_process(terms: list[Term], recipe: Recipe, arch: Architecture, w: int) -> list[Term]:
-    """One process's share under distributed.strategy, plus what the strategy itself adds."""
-    n, strategy = recipe.num_processes, recipe.distributed.strategy
+def per_process(
+    terms: list[Term], distributed: DistributedSection, trl: dict[str, Any], arch: Architecture, w: int
+) -> list[Term]:
+    """One process's share under distributed.strategy, plus what the strategy itself adds (`trl`: the recipe's
+    passthrough GRPOConfig fields, which say whether ZeRO-3 gathers the weights for generation)."""
+    n, strategy = distributed.num_processes, distributed.strategy
     if n == 1:
         return terms
     out = []
@@ -52,7 +56,7 @@ def per_process(terms: list[Term], recipe: Recipe, arch: Architecture, w: int) -
         # The layer being computed and the prefetched next one are gathered whole.
         out.append(Term("gathered layers", 2 * layer, "training", f"2 decoder layers x {layer / 1e6:.0f} MB, gathered"))
         weights = next(t.bytes for t in terms if t.name == "weights")
-        if strategy == "zero3" and recipe.trl.get("ds3_gather_for_generation", True):
+        if strategy == "zero3" and trl.get("ds3_gather_for_generation", True):
             # TRL gathers every weight for generation (GRPOConfig.ds3_gather_for_generation, default True).
             out.append(
                 Term(

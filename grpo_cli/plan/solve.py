@@ -11,13 +11,14 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from grpo_cli.errors import UserError
 from grpo_cli.plan import architectures
 from grpo_cli.plan.architectures import Architecture
 from grpo_cli.plan.fit import Changes, PlanResult
 from grpo_cli.plan.memory import Plan, limit_prompt_tokens, memory_plan
-from grpo_cli.recipe.schema import Recipe
+from grpo_cli.recipe.schema import LoraSection, Recipe
 
 GENERATIONS = "grpo.num_generations"
 COMPLETION = "grpo.max_completion_length"
@@ -66,7 +67,7 @@ class Solution:
 
 def solve(recipe: Recipe, key: str, result: PlanResult) -> Solution:
     """The largest value of `key` whose plan fits the budget `grpo plan` checked the recipe against (`result`)."""
-    _check_key(recipe, key)
+    _check_key(key, recipe.lora, recipe.trl)
     plan = result.plan
     if plan.gpu_bytes is None:
         raise UserError(
@@ -85,8 +86,10 @@ def solve(recipe: Recipe, key: str, result: PlanResult) -> Solution:
     elif key == PROMPT:
         basis = "planned at the prompt limit itself, the bound for any data the recipe accepts"
     else:
-        basis = f"{result.data_note} ({limit_prompt_tokens(recipe)} prompt tokens)"
-    value_at, changes_for, note = _candidates(recipe, key)
+        basis = f"{result.data_note} ({limit_prompt_tokens(recipe.data)} prompt tokens)"
+    b, fixed = recipe.training.per_device_train_batch_size, recipe.trl.get("generation_batch_size")
+    processes, steps = recipe.num_processes, recipe.steps_per_generation
+    value_at, changes_for, note = _candidates(key, recipe.grpo.num_generations, b, processes, steps, fixed)
     trials: dict[int, Trial] = {}
 
     def trial(index: int) -> Trial | None:
@@ -101,7 +104,8 @@ def solve(recipe: Recipe, key: str, result: PlanResult) -> Solution:
         t = trial(index)
         return t is not None and t.fits
 
-    current = _current(recipe, key)
+    section, name = key.split(".")
+    current = limit_prompt_tokens(recipe.data) if key == PROMPT else getattr(getattr(recipe, section), name)
     current_plan = memory_plan(recipe, arch, device, budget, prompt_tokens)
     last = _largest(fits)
     found, after = (trial(last), trial(last + 1)) if last else (None, trial(1))
@@ -109,7 +113,7 @@ def solve(recipe: Recipe, key: str, result: PlanResult) -> Solution:
     if found is not None and after is None:
         limit = (
             "no larger micro-batch divides each process's share of trl.generation_batch_size"
-            if key == BATCH and recipe.trl.get("generation_batch_size")
+            if key == BATCH and fixed
             else f"the search stops at {SEARCH_CAP}"
         )
     return Solution(key, current, current_plan.expected, budget, device, found, after, basis, note, limit)
@@ -129,38 +133,33 @@ def _largest(fits: Callable[[int], bool]) -> int:
     return good
 
 
-def _check_key(recipe: Recipe, key: str) -> None:
+def _check_key(key: str, lora: LoraSection | None, trl: dict[str, Any]) -> None:
     from grpo_cli.recipe.validation import is_schema_field
 
     allowed = f"--solve searches only {', '.join(SOLVABLE)}"
     if key not in SOLVABLE:
         what = "not a size it can search" if is_schema_field(tuple(key.split("."))) else "not a recipe field"
         raise UserError(f"--solve {key}: {what}; {allowed}")
-    if key == RANK and recipe.lora is None:
+    if key == RANK and lora is None:
         raise UserError(
             f"--solve {key}: the recipe has no `lora:` section, so its plan does not depend on a rank; {allowed}"
         )
-    if key == RANK and recipe.lora.adapter:
+    if key == RANK and lora.adapter:
         raise UserError(f"--solve {key}: the rank is the starting adapter's (lora.adapter); {allowed}")
-    if key == GENERATIONS and recipe.trl.get("generation_batch_size"):
+    if key == GENERATIONS and trl.get("generation_batch_size"):
         raise UserError(
             f"--solve {key}: trl.generation_batch_size fixes the completions generated at once, so the plan does not "
             f"depend on the group size; solve {BATCH}, or remove trl.generation_batch_size"
         )
 
 
-def _current(recipe: Recipe, key: str) -> int:
-    if key == PROMPT:
-        return limit_prompt_tokens(recipe)
-    section, name = key.split(".")
-    return getattr(getattr(recipe, section), name)
-
-
-def _candidates(recipe: Recipe, key: str) -> tuple[Callable[[int], int | None], Callable[[int], Changes], str]:
+def _candidates(
+    key: str, g: int, b: int, processes: int, steps_per_generation: int, fixed: int | None
+) -> tuple[Callable[[int], int | None], Callable[[int], Changes], str]:
     """The values the recipe's rules allow, in increasing order (index 1 the smallest; None past the last), the
-    changes each one makes, and a note naming what else moves and why."""
-    b, g = recipe.training.per_device_train_batch_size, recipe.grpo.num_generations
-    batch = recipe.num_processes * recipe.steps_per_generation  # completions generated = b x batch
+    changes each one makes, and a note naming what else moves and why: for groups of g completions, micro-batches of
+    b, `processes`, `steps_per_generation` and trl.generation_batch_size (`fixed`; None: TRL derives it)."""
+    batch = processes * steps_per_generation  # completions generated = b x batch
 
     def single(value: int) -> Changes:
         return {key: value}
@@ -172,22 +171,21 @@ def _candidates(recipe: Recipe, key: str) -> tuple[Callable[[int], int | None], 
         # per_device_train_batch_size counts completions, and the plan depends on the completions, not on how they
         # are grouped: the group grows with the prompts per generation batch kept, so the batch grows with it.
         step = g // math.gcd(b, g)
-        prompts = recipe.generation_batch_size // g
+        prompts = b * batch // g  # the completions generated at once: no trl.generation_batch_size (_check_key)
         note = (
             f"{BATCH} counts completions, so it grows with the group (the same {prompts} prompt"
             f"{'s' if prompts > 1 else ''} per generation batch)"
         )
         return progression(step * math.ceil(2 / step), step), lambda v: {key: v, BATCH: b * v // g}, note
     if key == BATCH:
-        fixed = recipe.trl.get("generation_batch_size")
         if fixed:  # the generation batch stays; a micro-batch must divide each process's share of it
-            share = int(fixed) // recipe.num_processes
+            share = int(fixed) // processes
             divisors = [d for d in range(1, share + 1) if share % d == 0]
             return lambda index: divisors[index - 1] if index <= len(divisors) else None, single, ""
         step = g // math.gcd(batch, g)
         note = (
-            f"in steps of {step}: the generation batch ({BATCH} x {recipe.num_processes} process(es) x "
-            f"steps_per_generation {recipe.steps_per_generation}) must hold whole groups of {g}"
+            f"in steps of {step}: the generation batch ({BATCH} x {processes} process(es) x "
+            f"steps_per_generation {steps_per_generation}) must hold whole groups of {g}"
             if step > 1
             else ""
         )
@@ -208,7 +206,7 @@ def _try(
 
     try:
         changed = with_changes(recipe, changes)
-        architectures.check_context(changed, arch)
+        architectures.check_context(changed.data, changed.grpo, arch)
     except UserError as exc:
         return Trial(value, changes, refused=str(exc.problems[0]))
     return Trial(value, changes, memory_plan(changed, arch, device, budget, prompt_tokens))

@@ -4,9 +4,12 @@ The figures come from the tensor shapes in the named source code."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from grpo_cli.plan.architectures import Architecture
 from grpo_cli.plan.sharding import Term
-from grpo_cli.recipe.schema import Recipe
+from grpo_cli.recipe.machine import DistributedSection
+from grpo_cli.recipe.schema import GRPOSection, LoraSection, ModelSection, QuantizationSection
 
 # bitsandbytes: NF4/FP4 store 0.5 byte per weight plus one float32 absmax per 64-weight block (0.0625 B);
 # double quantisation stores that absmax in 8 bits with a float32 per 256 blocks (~0.0157 B).
@@ -22,35 +25,71 @@ ADAM8_BYTES = 2 + 2 * 4 / 256
 # configurations, 0.5B to 1.5B, full, LoRA and QLoRA, H100 and H200 (benchmarks/gpu/*owners*/, `held before`);
 # older GPUs get 4 MiB workspaces, so the figure is an over-estimate there.
 CUBLAS_WORKSPACES = 2 * 32 * 2**20
+DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4}
 
 
-def trainable_params(recipe: Recipe, arch: Architecture) -> int:
-    if recipe.lora is None:
-        return arch.params
-    return arch.lora_params(recipe.lora.r, recipe.lora.target_modules)
+@dataclass(frozen=True)
+class Held:
+    """How the run holds and trains the policy, resolved once from the recipe (memory.memory_plan): the dtypes and the
+    trained parameters every static and training term is sized by."""
+
+    dtype: str  # model.dtype, the weights as loaded
+    w: int  # bytes per weight element in that dtype
+    mixed: str  # the mixed precision the run computes in: bf16, fp16 or no
+    trainable: int  # P_t: the adapters' parameters with LoRA, else every parameter
+    param_bytes: int  # bytes per trainable parameter
+    quantized: bool  # a bitsandbytes base (QLoRA, or LoRA on int8 weights)
+    checkpointing: bool  # model.gradient_checkpointing: layer inputs kept, each layer recomputed for its backward
 
 
-def bytes_per_trainable(recipe: Recipe, w: int) -> int:
+def held(model: ModelSection, lora: LoraSection | None, quantized: bool, arch: Architecture, device: str) -> Held:
+    """The policy as `device` holds it: `quantized` for a bitsandbytes base (the recipe's quantization section)."""
+    w = DTYPE_BYTES[model.dtype]
+    trainable = arch.params if lora is None else arch.lora_params(lora.r, lora.target_modules)
+    mixed = mixed_precision_on(model, device)
+    param_bytes = bytes_per_trainable(lora, quantized, w)
+    return Held(model.dtype, w, mixed, trainable, param_bytes, quantized, model.gradient_checkpointing)
+
+
+def bytes_per_trainable(lora: LoraSection | None, quantized: bool, w: int) -> int:
     """Bytes per trainable parameter: PEFT keeps adapters in float32, bf16 on a quantised base (TRL casts them,
     QLoRA paper, section 3); full fine-tuning trains the weights in their own dtype."""
-    if recipe.lora is None:
+    if lora is None:
         return w
-    return 2 if recipe.quantization is not None else 4
+    return 2 if quantized else 4
 
 
-def mixed_precision_on(recipe: Recipe, device: str) -> str:
+def mixed_precision_on(model: ModelSection, device: str) -> str:
     """The run's mixed precision: GPUs are taken to compute bfloat16 (Ampere and later); a CPU is asked."""
     from grpo_cli.recipe.precision import cpu_computes_bf16, mixed_precision
 
-    return mixed_precision(recipe.model, native_bf16=device != "cpu" or cpu_computes_bf16())
+    return mixed_precision(model, native_bf16=device != "cpu" or cpu_computes_bf16())
 
 
-def static_terms(recipe: Recipe, arch: Architecture, device: str, w: int) -> list[Term]:
+def static_terms(
+    arch: Architecture,
+    device: str,
+    held: Held,
+    lora: LoraSection | None,
+    quantization: QuantizationSection | None,
+    grpo: GRPOSection,
+    optim: str,
+    distributed: DistributedSection,
+) -> list[Term]:
     """What lives for the whole run: weights, adapters, reference model, optimizer states, CUDA's matmul workspaces."""
     P = arch.params
-    terms = [_weights(recipe, arch, device, w)]
-    trainable, param_bytes = trainable_params(recipe, arch), bytes_per_trainable(recipe, w)
-    if recipe.lora is not None:
+    trainable, param_bytes = held.trainable, held.param_bytes
+    # Frozen Linear weights are cast once to the autocast dtype (grpo_cli/train/frozen_weights.py; not with vLLM,
+    # whose sync merges the adapter into them).
+    cast_once = (
+        lora is not None
+        and held.w == 4
+        and held.mixed != "no"
+        and distributed.strategy not in ("zero3", "fsdp")
+        and not grpo.use_vllm
+    )
+    terms = [_weights(arch, held, quantization, cast_once)]
+    if lora is not None:
         terms.append(
             Term(
                 "lora adapters",
@@ -60,7 +99,7 @@ def static_terms(recipe: Recipe, arch: Architecture, device: str, w: int) -> lis
             )
         )
 
-    reference = P * w if (recipe.grpo.beta > 0 and recipe.lora is None) else 0.0
+    reference = P * held.w if (grpo.beta > 0 and lora is None) else 0.0
     terms.append(
         Term(
             "reference model",
@@ -71,22 +110,16 @@ def static_terms(recipe: Recipe, arch: Architecture, device: str, w: int) -> lis
             else "none (beta = 0, or PEFT: the base with adapters disabled)",
         )
     )
-    terms.append(_optimizer_states(recipe, arch, device, trainable, param_bytes))
+    terms.append(_optimizer_states(arch, device, held, lora is None, optim, distributed))
     if device == "cuda":
         terms.append(Term("cuBLAS workspaces", CUBLAS_WORKSPACES, "static", "cuBLAS and cuBLASLt: 32 MiB each"))
-    if recipe.grpo.use_vllm and device == "cpu":
-        from grpo_cli.plan.vllm_memory import vllm_cpu_terms
-
-        # the engine generates in the precision training multiplies in (train/vllm_cpu.py)
-        engine_w = 2 if mixed_precision_on(recipe, device) in ("bf16", "fp16") else w
-        terms += vllm_cpu_terms(recipe, arch, engine_w)
     return terms
 
 
-def _weights(recipe: Recipe, arch: Architecture, device: str, w: int) -> Term:
+def _weights(arch: Architecture, held: Held, quantization: QuantizationSection | None, cast_once: bool) -> Term:
     """The model's weights as they sit in memory: quantized, cast once for autocast, or in the recipe's dtype."""
-    P = arch.params
-    q = recipe.quantization
+    P, w = arch.params, held.w
+    q = quantization
     if q is not None and q.bits == 4:
         per = NF4_BYTES[q.double_quant]
         weights = arch.linear_params * per + (P - arch.linear_params) * w
@@ -97,32 +130,27 @@ def _weights(recipe: Recipe, arch: Architecture, device: str, w: int) -> Term:
     elif q is not None:
         weights = arch.linear_params * INT8_BYTES + (P - arch.linear_params) * w
         formula = f"Linear {arch.linear_params / 1e6:.0f}M x 1 B (int8) + other x {w} B"
-    elif (
-        recipe.lora is not None
-        and w == 4
-        and mixed_precision_on(recipe, device) != "no"
-        and recipe.distributed.strategy not in ("zero3", "fsdp")
-        and not recipe.grpo.use_vllm
-    ):
-        # Frozen Linear weights are cast once to the autocast dtype (grpo_cli/train/frozen_weights.py; not with vLLM,
-        # whose sync merges the adapter into them).
+    elif cast_once:
         weights = arch.linear_params * 2 + (P - arch.linear_params) * w
         formula = f"frozen Linear {arch.linear_params / 1e6:.0f}M x 2 B (cast once for autocast) + other x {w} B"
     else:
         weights = P * w
-        formula = f"P {P / 1e6:.1f}M x {w} B ({recipe.model.dtype})"
+        formula = f"P {P / 1e6:.1f}M x {w} B ({held.dtype})"
     return Term("weights", weights, "static", formula)
 
 
-def _optimizer_states(recipe: Recipe, arch: Architecture, device: str, trainable: int, param_bytes: int) -> Term:
-    """The optimizer's states for every trainable parameter (float32 masters too under DeepSpeed)."""
+def _optimizer_states(
+    arch: Architecture, device: str, held: Held, full: bool, optim: str, distributed: DistributedSection
+) -> Term:
+    """The optimizer's states for every trainable parameter (float32 masters too under DeepSpeed); `full`: full
+    fine-tuning, every weight trains."""
     h, V = arch.hidden_size, arch.vocab_size
-    optim = recipe.training.optim
+    trainable, param_bytes = held.trainable, held.param_bytes
     embedding_fp32 = 0
     if optim in ("adamw_8bit", "adamw_bnb_8bit", "paged_adamw_8bit"):
         per_param = ADAM8_BYTES
         note = f"two 8-bit states + block absmax = {ADAM8_BYTES:.3f} B/param"
-        if recipe.lora is None:
+        if full:
             # transformers' Trainer registers nn.Embedding weights for 32-bit states (trainer.py, create_optimizer).
             embedding_fp32 = V * h
             note += f"; the input embedding ({embedding_fp32 / 1e6:.1f}M) keeps float32 states (8 B/param)"
@@ -137,7 +165,7 @@ def _optimizer_states(recipe: Recipe, arch: Architecture, device: str, trainable
     if optim.startswith("paged") and device == "cuda":
         note += "; paged: CUDA unified memory, outside torch's allocator (not in max_memory_allocated)"
     states = (trainable - embedding_fp32) * per_param + embedding_fp32 * 8
-    deepspeed = recipe.num_processes > 1 and recipe.distributed.zero_stage is not None
+    deepspeed = distributed.num_processes > 1 and distributed.zero_stage is not None
     if deepspeed and param_bytes < 4 and optim not in ("sgd", "adafactor"):
         # DeepSpeed's mixed-precision optimizer steps on a float32 master copy, so its states are float32
         # too: 4 + 8 = 12 B/param for AdamW (the ZeRO paper's K = 12, Rajbhandari et al. 2020, section 3.1).
@@ -148,12 +176,12 @@ def _optimizer_states(recipe: Recipe, arch: Architecture, device: str, trainable
     return Term("optimizer states", states, "static", f"P_t {trainable / 1e6:.2f}M x {note}")
 
 
-def optimizer_step_temporaries(recipe: Recipe, device: str, trainable: int, param_bytes: int) -> Term | None:
+def optimizer_step_temporaries(device: str, held: Held, optim: str, distributed: DistributedSection) -> Term | None:
     """On CUDA torch's AdamW takes its foreach path, which builds sqrt(exp_avg_sq) for every parameter at once
     (torch/optim/adam.py, _multi_tensor_adam: torch._foreach_sqrt) beside the gradients; on a CPU it loops one
     parameter at a time. Found on an H100 (benchmarks/gpu/README.md): without it the plan missed one parameter-sized
     set in full fine-tuning's peak."""
-    if device != "cuda" or recipe.training.optim != "adamw_torch" or recipe.distributed.zero_stage is not None:
+    if device != "cuda" or optim != "adamw_torch" or distributed.zero_stage is not None:
         return None
-    formula = f"P_t {trainable / 1e6:.2f}M x {param_bytes} B (foreach AdamW's sqrt(exp_avg_sq))"
-    return Term("optimizer step temporaries", trainable * param_bytes, "training-late", formula)
+    formula = f"P_t {held.trainable / 1e6:.2f}M x {held.param_bytes} B (foreach AdamW's sqrt(exp_avg_sq))"
+    return Term("optimizer step temporaries", held.trainable * held.param_bytes, "training-late", formula)

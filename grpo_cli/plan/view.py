@@ -33,45 +33,6 @@ def override_args(changes: dict[str, Any]) -> list[str]:
     return [format_override(key, value) for key, value in changes.items()]
 
 
-def budget_notes(recipe) -> list[str]:
-    """What the plan's lengths include, or leave out, that a user may not expect: tool use, validation."""
-    notes = _validation_note(recipe)
-    if not (recipe.tools or recipe.environment):
-        return notes
-    turns = recipe.grpo.max_tool_calling_iterations
-    return notes + [
-        f"tools: the model's turns and the tool results share grpo.max_completion_length "
-        f"({recipe.grpo.max_completion_length} tokens; TRL drops a result that would overflow it), so the peak "
-        f"above covers tool use at {'up to ' + str(turns) if turns else 'any number of'} tool-calling turns; the "
-        "tool descriptions rendered into the prompt count against data.max_prompt_length"
-    ]
-
-
-def _validation_note(recipe) -> list[str]:
-    """Validation while training: how much it generates beside training, and whether its batch can outgrow the
-    generation phase the plan sizes (it runs on the same model, outside any step)."""
-    v = recipe.validation
-    if v is None:
-        return []
-    budget = v.max_new_tokens or recipe.eval.max_new_tokens
-    batch = min(v.batch_size or recipe.eval.batch_size, v.limit)
-    steps = recipe.training.max_steps
-    count = v.passes(steps)
-    times = f"{count} times over {steps} steps" if steps > 0 else f"every {v.every_steps} steps"
-    note = (
-        f"validation: {v.limit} held-out problems greedily, {times} (also before the first step and after the "
-        f"last), each up to {budget if budget else 'eval.max_new_tokens (its protocol default)'} new tokens, "
-        f"{batch} at a time; its time is printed and left out of the step times"
-    )
-    if budget and batch * budget > recipe.generation_batch_per_process * recipe.grpo.max_completion_length:
-        note += (
-            f"; {batch} x {budget} tokens outgrow the generation batch planned above "
-            f"({recipe.generation_batch_per_process} x {recipe.grpo.max_completion_length}): lower "
-            "validation.batch_size if memory is tight"
-        )
-    return [note]
-
-
 def basis_lines(result: PlanResult) -> list[str]:
     """Which prompt length the peak was planned at, and the other figure beside it."""
     plan, bound, data = result.plan, result.bound, result.data

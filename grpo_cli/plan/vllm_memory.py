@@ -12,7 +12,8 @@ from __future__ import annotations
 from grpo_cli.libraries import vllm_settings
 from grpo_cli.plan.architectures import Architecture
 from grpo_cli.plan.sharding import Term
-from grpo_cli.recipe.schema import Recipe
+from grpo_cli.plan.static_memory import Held
+from grpo_cli.recipe.schema import DataSection, GRPOSection
 
 GIB = 2**30
 # vLLM's libraries, compiled kernels and engine buffers, beyond its weights, packed vocabulary and KV cache, as resident
@@ -23,22 +24,24 @@ GIB = 2**30
 VLLM_CPU_RUNTIME_GIB = 0.4
 
 
-def kv_cache_gib(recipe: Recipe, arch: Architecture) -> int:
-    """Whole GiB of KV cache for one generation batch at the longest sequence the recipe allows (at least 1)."""
-    prompt = recipe.data.max_prompt_length or 1024  # without a limit TRL does not cut prompts: room for long ones
-    tokens = prompt + recipe.grpo.max_completion_length
-    return vllm_settings.kv_cache_gib(arch.num_layers, arch.kv_dim, recipe.generation_batch_per_process, tokens)
+def kv_cache_gib(arch: Architecture, data: DataSection, grpo: GRPOSection, sequences: int) -> int:
+    """Whole GiB of KV cache for one generation batch of `sequences` (each process's) at the longest sequence the
+    recipe allows (at least 1)."""
+    prompt = data.max_prompt_length or 1024  # without a limit TRL does not cut prompts: room for long ones
+    tokens = prompt + grpo.max_completion_length
+    return vllm_settings.kv_cache_gib(arch.num_layers, arch.kv_dim, sequences, tokens)
 
 
-def kv_cache_space_gib(recipe: Recipe, arch: Architecture) -> int:
+def kv_cache_space_gib(arch: Architecture, data: DataSection, grpo: GRPOSection, sequences: int) -> int:
     """What the engine will get: the user's VLLM_CPU_KVCACHE_SPACE when set, else grpo's size for the recipe."""
     user = vllm_settings.user_kv_cache_gib()
-    return user if user is not None else kv_cache_gib(recipe, arch)
+    return user if user is not None else kv_cache_gib(arch, data, grpo, sequences)
 
 
-def vllm_cpu_terms(recipe: Recipe, arch: Architecture, w: int) -> list[Term]:
-    """The engine's weights (w: the dtype it generates in, train/vllm_cpu.py) and its KV cache."""
-    kv = kv_cache_space_gib(recipe, arch)
+def vllm_cpu_terms(arch: Architecture, held: Held, kv: int) -> list[Term]:
+    """The engine's weights and its KV cache of `kv` GiB (kv_cache_space_gib)."""
+    # the engine generates in the precision training multiplies in (train/vllm_cpu.py)
+    w = 2 if held.mixed in ("bf16", "fp16") else held.w
     embeddings = 1 if arch.tie_word_embeddings else 2
     packed = embeddings * arch.vocab_size * arch.hidden_size * w
     return [

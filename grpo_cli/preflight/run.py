@@ -74,9 +74,9 @@ def run_preflight(
     from grpo_cli.plan.gpus import gpu_for
     from grpo_cli.tools.guard import EnvironmentFailure
 
-    gpu_label, gpu_bytes = gpu_for(recipe, gpu_spec)
-    arch = architectures.resolve(recipe)
-    architectures.check_context(recipe, arch)
+    gpu_label, gpu_bytes = gpu_for(recipe.hardware, gpu_spec)
+    arch = architectures.resolve(recipe.model)
+    architectures.check_context(recipe.data, recipe.grpo, arch)
     started = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="grpo-preflight-") as tmp:
         work = Path(tmp)

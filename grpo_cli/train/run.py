@@ -228,7 +228,7 @@ def ram_warning(recipe: Recipe) -> list[str]:
     if torch.cuda.is_available() or available is None:
         return []
     try:
-        arch = architectures.resolve(recipe)
+        arch = architectures.resolve(recipe.model)
     except UserError:  # an architecture the plan cannot read offline: nothing to compare
         return []
     lengths, _ = read_data_lengths(recipe)

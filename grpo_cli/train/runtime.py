@@ -68,11 +68,11 @@ def check_runtime(recipe: Recipe) -> None:
     from grpo_cli.plan import architectures
 
     try:  # the budget against the model's context, where the plan's reader knows the model without loading it
-        arch = architectures.resolve(recipe)
+        arch = architectures.resolve(recipe.model)
     except (UserError, KeyError, TypeError, ValueError, OSError):
         arch = None  # a model the plan cannot read: nothing to check the budget against
     if arch is not None:
-        architectures.check_context(recipe, arch)
+        architectures.check_context(recipe.data, recipe.grpo, arch)
     from grpo_cli.libraries import seams
 
     seams.check_trl()  # TRL's private names, before the warm-up or any weight loads

@@ -35,7 +35,9 @@ def prepare_environment(recipe: Recipe) -> None:
     from grpo_cli.plan.vllm_memory import kv_cache_space_gib
     from grpo_cli.recipe.precision import precision_here
 
-    kv = kv_cache_space_gib(recipe, architectures.resolve(recipe))
+    kv = kv_cache_space_gib(
+        architectures.resolve(recipe.model), recipe.data, recipe.grpo, recipe.generation_batch_per_process
+    )
     engine_settings(precision_here(recipe.model, on_cpu=True).inference_dtype, on_gpu=False, kv_gib=kv)
 
 
