@@ -47,7 +47,7 @@ def run_eval(request: EvalRequest, display=None) -> EvalOutcome:
     """Check everything that needs no model first, then evaluate; the run's model card is refreshed after."""
     recipe = _load(request)
     check_sampling(recipe.eval, ev.uses_tools(recipe))
-    skip_unused_bitsandbytes(recipe, request.own_process)
+    skip_unused_bitsandbytes(recipe.quantization, recipe.training.optim, request.own_process)
     base = Target(
         "base" if request.adapter is None else "adapter",
         recipe.model.name,

@@ -218,7 +218,7 @@ def _tool_stream(recipe: Recipe, generator, tokenizer, todo: list):
     from grpo_cli.generation.tool_loop import ToolLoop
     from grpo_cli.tools.wiring import recipe_tools
 
-    tools, environment = recipe_tools(recipe, tokenizer)
+    tools, environment = recipe_tools(recipe.tools, recipe.environment, recipe.model.name, tokenizer)
     loop = ToolLoop(
         generator,
         tokenizer,

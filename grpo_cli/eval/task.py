@@ -142,7 +142,7 @@ class TaskScorer:
         self.data = recipe.data
         self.verifiers: list[tuple[str, Any, float]] = []
         self.formats: list[tuple[str, Any, float]] = []
-        for spec, func in zip(recipe.rewards, reward_functions(recipe)):
+        for spec, func in zip(recipe.rewards, reward_functions(recipe.rewards, recipe.model)):
             role = role_of(spec)
             if role == "shaping":
                 continue

@@ -68,7 +68,7 @@ def _measure(recipe: Recipe) -> DataLengths:
     from grpo_cli.plan.light_tokenizer import longest_prompt, remember_class
     from grpo_cli.tools.wiring import prompt_tools
 
-    tools = prompt_tools(recipe)
+    tools = prompt_tools(recipe.tools)
     light = longest_prompt(recipe, tools)
     if light is not None:
         return DataLengths(*light, recipe.data.source)

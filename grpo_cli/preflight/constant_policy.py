@@ -93,7 +93,7 @@ def constant_policies(recipe: Recipe, base_reward: float | None, rows: int = CON
     for key, example in zip(keys, examples):
         written.setdefault(key, example["answer"])
     counts = Counter(key for key in keys if key is not None)
-    funcs = reward_functions(recipe)
+    funcs = reward_functions(recipe.rewards, recipe.model)
     chosen = [(i, f) for i, (spec, f) in enumerate(zip(recipe.rewards, funcs)) if role_of(spec) == "verifier"]
     n = len(examples)
     prompts = [e["prompt"] for e in examples]

@@ -65,7 +65,8 @@ def run_preflight(
     name, the architecture) come first, so a typo is refused before a minute of measuring. `show` hears where it is."""
     from grpo_cli.process.optional_libraries import skip_unused_bitsandbytes
 
-    skip_unused_bitsandbytes(recipe, own_process)  # before torch and the libraries below decide whether it is installed
+    # before torch and the libraries below decide whether it is installed
+    skip_unused_bitsandbytes(recipe.quantization, recipe.training.optim, own_process)
     import torch
 
     from grpo_cli.errors import UserError

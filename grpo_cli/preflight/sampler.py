@@ -39,7 +39,7 @@ def tool_loop(recipe: Recipe, sampler: PolicySampler):
     from grpo_cli.generation.tool_loop import ToolLoop
     from grpo_cli.tools.wiring import recipe_tools
 
-    tools, environment = recipe_tools(recipe, sampler.tokenizer)
+    tools, environment = recipe_tools(recipe.tools, recipe.environment, recipe.model.name, sampler.tokenizer)
     return ToolLoop(
         sampler,
         sampler.tokenizer,

@@ -41,7 +41,7 @@ def run(
     from grpo_cli.process.optional_libraries import skip_unused_bitsandbytes
     from grpo_cli.train import distributed
 
-    skip_unused_bitsandbytes(recipe, own_process)
+    skip_unused_bitsandbytes(recipe.quantization, recipe.training.optim, own_process)
     # One run at a time in a run directory; under `accelerate launch` the launcher holds it for its ranks.
     with nullcontext() if distributed.is_launched_rank() else sole_writer(recipe.output_dir, "grpo train"):
         if distributed.wants_launch(recipe.distributed):
