@@ -98,7 +98,7 @@ def sample_groups(recipe: Recipe, prompt_count: int, show=lambda text, new_phase
 
     tokenizer = models.load_tokenizer(recipe.model)
     prepared = data.prepare(recipe.data, tokenizer, seed=recipe.training.seed, tools=prompt_tools(recipe.tools))
-    prepared.check_enough(recipe)
+    prepared.check_enough(recipe.generation_batch_size, recipe.grpo.num_generations, recipe.total_steps)
     rows = prepared.dataset.shuffle(seed=recipe.training.seed).select(range(min(prompt_count, len(prepared.dataset))))
     model = models.load_model(recipe.model, recipe.quantization).eval()
     if torch.cuda.is_available() and model.device.type == "cpu":

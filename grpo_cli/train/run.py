@@ -95,7 +95,7 @@ def train(
     trainer, prepared = build_trainer(
         recipe, run_dir, [interrupt], reward_funcs, warn=warn, start_weights=start.final_dir
     )
-    for line in prepared.report(recipe):
+    for line in prepared.report():
         console.print(line, highlight=False)
     display = stage_display(console, recipe.total_steps(len(prepared.dataset)), checkpoint)
     metrics = _watch(trainer, display, recipe.training.log_completions, reward_funcs[0])

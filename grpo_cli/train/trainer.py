@@ -38,7 +38,8 @@ def build_trainer(
     tokenizer = tokenizer or models.load_tokenizer(recipe.model)
     tools, environment_factory = recipe_tools(recipe.tools, recipe.environment, recipe.model.name, tokenizer, warn)
     prepared = data.prepare(recipe.data, tokenizer, seed=recipe.training.seed, tools=tools)
-    prepared.check_enough(recipe)  # before the model loads: too few usable rows for one step is refused here
+    # before the model loads: too few usable rows for one step is refused here
+    prepared.check_enough(recipe.generation_batch_size, recipe.grpo.num_generations, recipe.total_steps)
     precision = precision_here(recipe.model)
     engine_settings = nullcontext()
     if precision.on_cpu and recipe.grpo.use_vllm:
