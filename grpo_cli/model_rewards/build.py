@@ -13,7 +13,8 @@ from grpo_cli.recipe.user_code import RewardSpec
 
 def reward_functions(rewards: list[RewardSpec], model: ModelSection) -> list[Callable[..., Any]]:
     """One callable with TRL's reward signature per entry of `rewards:`. Models load later: as training starts
-    (`bind_model_rewards`), else at their first call; a judge may be the policy `model`."""
+    (`bind_model_rewards`), else at their first call. `model`: the policy's section, which a judge may be and whose
+    dtype reward models default to."""
     from grpo_cli.model_rewards.judge import Judge
     from rewards import resolve_reward
 
