@@ -115,7 +115,7 @@ from grpo_cli.process import optional_libraries
 from grpo_cli.recipe.validation import load_recipe
 recipe = load_recipe(sys.argv[1], json.loads(sys.argv[2]), scope="preflight")
 if allocator == "tool":  # as the grpo command runs: bitsandbytes left out when the recipe does not use it
-    optional_libraries.skip_unused_bitsandbytes(recipe, own_process=True)
+    optional_libraries.skip_unused_bitsandbytes(recipe.quantization, recipe.training.optim, own_process=True)
 from grpo_cli.progress import quiet_libraries
 from grpo_cli.preflight.measure import measure_steps
 quiet_libraries()

@@ -40,7 +40,7 @@ def main() -> None:
     rows = [json.loads(line) for line in args.data.read_text().splitlines()[: args.limit]]
     problems = [Problem(i, r["question"], r["answer"], "") for i, r in enumerate(rows)]
     tokenizer = load_tokenizer(recipe.model)
-    prompts = chat_prompts(problems, recipe, tokenizer)
+    prompts = chat_prompts(problems, recipe.data, tokenizer)
     model = load_model(recipe.model, recipe.quantization).eval()
     print(
         f"{len(prompts)} prompts, {recipe.model.dtype}, {torch.get_num_threads()} threads, "

@@ -90,7 +90,7 @@ def main() -> None:
         from grpo_cli.eval.evaluate import compute_dtype
         from grpo_cli.models import load_model
 
-        dtype = compute_dtype(recipe)
+        dtype = compute_dtype(recipe.model, recipe.quantization)
         base = load_model(recipe.model.model_copy(update={"dtype": dtype}), recipe.quantization)
     else:
         base = model.get_base_model()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -92,8 +93,10 @@ class PreparedData:
     dropped_too_long: int
     unusable: dict[str, int] = field(default_factory=dict)  # why rows were left out -> how many
     prompt_lengths: list[int] = field(default_factory=list)  # tokens of each kept prompt (empty without a tokenizer)
+    source: str = ""  # data.source, and the data.max_prompt_length the prompts were filtered with
+    max_prompt_length: int | None = None
 
-    def report(self, recipe) -> list[str]:
+    def report(self) -> list[str]:
         """One line per kind of row left out, for the run's console."""
         lines = [
             f"left out {n} of {self.total + sum(self.unusable.values())} rows: {why}"
@@ -102,20 +105,21 @@ class PreparedData:
         if self.dropped_too_long:
             lines.append(
                 f"dropped {self.dropped_too_long} of {self.total} prompts longer than "
-                f"{recipe.data.max_prompt_length} tokens (data.max_prompt_length)"
+                f"{self.max_prompt_length} tokens (data.max_prompt_length)"
             )
         return lines
 
-    def check_enough(self, recipe) -> None:
-        """Refuse a dataset that cannot fill one step: TRL would run zero steps and save an untrained model."""
-        needed = recipe.generation_batch_size // recipe.grpo.num_generations
+    def check_enough(self, generation_batch_size: int, num_generations: int, total_steps: Callable[[int], int]) -> None:
+        """Refuse a dataset that cannot fill one step: TRL would run zero steps and save an untrained model.
+        `total_steps`: the optimizer steps a run takes over so many rows (Recipe.total_steps)."""
+        needed = generation_batch_size // num_generations
         rows = len(self.dataset)
-        if rows < needed or recipe.total_steps(rows) < 1:
+        if rows < needed or total_steps(rows) < 1:
             left = left_out(self.unusable) or "none left out"
             raise UserError(
-                f"only {rows} usable prompt(s) in {recipe.data.source} ({left}); one step needs {needed} "
+                f"only {rows} usable prompt(s) in {self.source} ({left}); one step needs {needed} "
                 f"(generation batch "
-                f"{recipe.generation_batch_size} / {recipe.grpo.num_generations} generations): add rows or "
+                f"{generation_batch_size} / {num_generations} generations): add rows or "
                 "lower training.per_device_train_batch_size",
                 path="data.source",
             )
@@ -207,7 +211,7 @@ def prepare(data: DataSection, tokenizer=None, seed: int = 0, tools: list | None
             f"no rows left: all {total} prompts are longer than {data.max_prompt_length} tokens; raise it",
             path="data.max_prompt_length",
         )
-    return PreparedData(prepared, total, total - len(prepared), unusable, lengths)
+    return PreparedData(prepared, total, total - len(prepared), unusable, lengths, data.source, data.max_prompt_length)
 
 
 def to_example(row: dict[str, Any], data: DataSection) -> dict[str, Any]:

@@ -47,7 +47,7 @@ def inputs(recipe: Recipe) -> tuple:
     """What preflight gives constant_policies: the data, the rewards, their callables and the training seed."""
     from grpo_cli.model_rewards.build import reward_functions
 
-    return recipe.data, recipe.rewards, reward_functions(recipe), recipe.training.seed
+    return recipe.data, recipe.rewards, reward_functions(recipe.rewards, recipe.model), recipe.training.seed
 
 
 def test_each_common_answer_is_scored_by_the_recipes_verifier_as_a_constant_completion(tmp_path):

@@ -114,7 +114,8 @@ LEAN_PROBE = """
 import sys
 from grpo_cli.process import optional_libraries
 from grpo_cli.recipe.validation import load_recipe
-marked = optional_libraries.skip_unused_bitsandbytes(load_recipe(sys.argv[1], sys.argv[2:]), own_process=True)
+recipe = load_recipe(sys.argv[1], sys.argv[2:])
+marked = optional_libraries.skip_unused_bitsandbytes(recipe.quantization, recipe.training.optim, own_process=True)
 import peft, trl
 from transformers.utils import is_bitsandbytes_available
 print(marked, is_bitsandbytes_available(), "bitsandbytes.nn" in sys.modules)
@@ -143,7 +144,7 @@ def test_bitsandbytes_is_left_alone_inside_a_process_that_did_not_ask():
 
     # only the console script's commands own their process; tests and users' Python keep bitsandbytes
     demo = load_recipe(ROOT / "recipes" / "demo.yaml")
-    assert not optional_libraries.skip_unused_bitsandbytes(demo, own_process=False)
+    assert not optional_libraries.skip_unused_bitsandbytes(demo.quantization, demo.training.optim, own_process=False)
     assert sys.modules.get("bitsandbytes", "absent") is not None
 
 

@@ -68,6 +68,10 @@ def recipe_with(policy: Path, *rewards: dict) -> Recipe:
     return Recipe.model_validate({"model": {"name": str(policy), "dtype": "float32"}, "rewards": list(rewards)})
 
 
+def functions_of(recipe: Recipe) -> list:
+    return reward_functions(recipe.rewards, recipe.model)
+
+
 def test_entries_are_named_after_their_model(reward_model, tiny_llama):
     recipe = recipe_with(
         tiny_llama,
@@ -77,14 +81,12 @@ def test_entries_are_named_after_their_model(reward_model, tiny_llama):
         {"model": str(reward_model), "name": "helpful"},
     )
     assert [s.name for s in recipe.rewards] == [reward_model.name, "judge", f"judge_{tiny_llama.name}", "helpful"]
-    assert [f.__name__ for f in reward_functions(recipe)] == [s.name for s in recipe.rewards]
+    assert [f.__name__ for f in functions_of(recipe)] == [s.name for s in recipe.rewards]
 
 
 def test_reward_model_scores_the_models_own_words_the_same_in_any_batch(reward_model, tiny_llama):
     one, four = (
-        reward_functions(recipe_with(tiny_llama, {"model": str(reward_model), "batch_size": size, "dtype": "float32"}))[
-            0
-        ]
+        functions_of(recipe_with(tiny_llama, {"model": str(reward_model), "batch_size": size, "dtype": "float32"}))[0]
         for size in (1, 4)
     )
     scored = one(prompts=PROMPTS, completions=COMPLETIONS, completion_ids=None)
@@ -108,7 +110,7 @@ def test_reward_model_scores_the_models_own_words_the_same_in_any_batch(reward_m
 def test_nan_scores_count_as_not_judged_with_one_warning(tmp_path, tiny_llama):
     broken = build_classifier(tmp_path / "nan-rm", nan_head=True)
     warnings: list[str] = []
-    func = reward_functions(recipe_with(tiny_llama, {"model": str(broken), "dtype": "float32"}))[0]
+    func = functions_of(recipe_with(tiny_llama, {"model": str(broken), "dtype": "float32"}))[0]
     guarded = GuardedReward(func, warn=warnings.append, label="nan-rm")
     assert guarded(prompts=PROMPTS, completions=COMPLETIONS, completion_ids=None) == [None] * 4
     assert len(warnings) == 1 and "NaN or infinity for 4 of 4" in warnings[0]
@@ -120,7 +122,7 @@ def test_yes_no_judge_is_a_probability_and_scale_counts_what_it_cannot_read(tiny
         {"judge": {"model": str(tiny_llama), "prompt": JUDGE_PROMPT}, "dtype": "float32"},
         {"judge": {"model": str(tiny_llama), "prompt": "{completion} Score 0-10:", "score": "scale_0_10"}, "name": "s"},
     )
-    yes_no, scale = reward_functions(recipe)
+    yes_no, scale = functions_of(recipe)
     logged: dict[str, float] = {}
     columns = {"answer": ["4", "6", "8", "10"], "log_metric": logged.__setitem__}
     values = yes_no(prompts=PROMPTS, completions=COMPLETIONS, completion_ids=None, **columns)
@@ -151,7 +153,7 @@ def test_policy_judge_uses_the_trainers_model_in_eval_mode_then_trains_on(tiny_l
         processing_class=tokenizer,
         generation_context=nullcontext,
     )
-    judge = reward_functions(recipe)[0]
+    judge = functions_of(recipe)[0]
     assert isinstance(judge, Judge)
     judge.bind(trainer)
     values = judge(prompts=PROMPTS, completions=COMPLETIONS, completion_ids=None, answer=["4", "6", "8", "10"])

@@ -281,7 +281,7 @@ def test_eval_generates_in_the_training_precision_with_the_adapter_unmerged(tmp_
 
     def logits(mixed: str):
         recipe = load_recipe(write_recipe(tmp_path, tiny_llama), [f"model.mixed_precision={mixed}"])
-        dtype = compute_dtype(recipe)
+        dtype = compute_dtype(recipe.model, recipe.quantization)
         generator, _ = build_generator(recipe.model, None, target.adapter, TRANSFORMERS, dtype, 4, [], None)
         with torch.inference_mode():
             return recipe, generator.model, generator.model(input_ids=ids).logits.float()

@@ -87,7 +87,8 @@ def _check_references(recipe) -> None:
 
     verifiers = [index for index, spec in enumerate(recipe.rewards) if role_of(spec) == "verifier"]
     if verifiers and recipe.data.answer_column:  # else nothing to check, and no data to read yet
-        check_references(recipe, verifiers, training_references(recipe), recipe.data.source)
+        examples = training_references(recipe.data, recipe.training.seed)
+        check_references(recipe.data, recipe.rewards, verifiers, examples, recipe.data.source)
 
 
 def _validation(recipe, echo):

@@ -14,6 +14,7 @@ from grpo_cli.eval import evaluate as ev
 from grpo_cli.eval.store import refuse_foreign
 from grpo_cli.eval.targets import Target, run_target
 from grpo_cli.files import read_jsonl
+from grpo_cli.recipe.eval_section import EvalSection
 from grpo_cli.recipe.schema import Recipe
 from grpo_cli.runs.layout import CHECKPOINT, FINAL_DIR, METRICS_FILE, SUMMARY_FILE, checkpoint_step, checkpoints
 from grpo_cli.runs.weight_files import unloadable_weights
@@ -22,21 +23,22 @@ CURVE_FILE = "curve.jsonl"
 CURVE_PLOT = "curve.png"
 
 
-def checkpoint_targets(run_dir: Path, recipe: Recipe, warn=print) -> list[tuple[int, str, Target]]:
-    """(step, folder name, model) from the base at step 0 to the final model; a checkpoint whose weights cannot load
-    (a save that was interrupted: weights cut short, an adapter's config without its weights) is skipped with a
-    warning, and the final model is left out when a checkpoint holds its step."""
-    points = [(0, "base", Target("base", recipe.model.name))]
+def checkpoint_targets(run_dir: Path, base_model: str, warn=print) -> list[tuple[int, str, Target]]:
+    """(step, folder name, model) from the base at step 0 (`base_model`: the recipe's model.name) to the final model;
+    a checkpoint whose weights cannot load (a save that was interrupted: weights cut short, an adapter's config
+    without its weights) is skipped with a warning, and the final model is left out when a checkpoint holds its
+    step."""
+    points = [(0, "base", Target("base", base_model))]
     for folder in checkpoints(run_dir):
         unloadable = unloadable_weights(folder)
         if unloadable is not None:
             file, why = unloadable
             warn(f"warning: {folder} skipped (an interrupted save): {file.name} {why}")
             continue
-        points.append((checkpoint_step(folder), folder.name, run_target(folder, recipe)))
+        points.append((checkpoint_step(folder), folder.name, run_target(folder, base_model)))
     final_step = _last_step(run_dir)
     if (run_dir / FINAL_DIR).is_dir() and final_step is not None and final_step > points[-1][0]:
-        points.append((final_step, FINAL_DIR, run_target(run_dir, recipe)))
+        points.append((final_step, FINAL_DIR, run_target(run_dir, base_model)))
     if len(points) == 1:
         raise UserError(f"{run_dir} has no checkpoint and no final model yet: nothing to draw a curve of")
     return points
@@ -57,7 +59,7 @@ def evaluate_checkpoints(
     refuse_foreign(output, {"base", FINAL_DIR, CURVE_FILE, CURVE_PLOT}, "grpo eval --checkpoints", CHECKPOINT)
     warn = display.note if display is not None else print
     results, curve = [], {}
-    for step, name, target in checkpoint_targets(run_dir, recipe, warn):
+    for step, name, target in checkpoint_targets(run_dir, recipe.model.name, warn):
         folder = base_dir if name == "base" and base_dir is not None else output / name
         result = ev.evaluate(recipe, target, folder, display, engine)
         results.append(result)
@@ -70,14 +72,13 @@ def evaluate_checkpoints(
                 curve[row["step"]] = row
     points = [curve[step] for step in sorted(curve)]
     (output / CURVE_FILE).write_text("".join(json.dumps(row) + "\n" for row in points), encoding="utf-8")
-    plot_curve(points, output / CURVE_PLOT, f"{run_dir.name}: {recipe.eval.protocol} on {_data_label(recipe)}")
+    plot_curve(points, output / CURVE_PLOT, f"{run_dir.name}: {recipe.eval.protocol} on {_data_label(recipe.eval)}")
     return results, points
 
 
-def _data_label(recipe: Recipe) -> str:
+def _data_label(section: EvalSection) -> str:
     """What was evaluated, for the plot's title: `generated:parity (test), first 400`."""
-    data = recipe.eval
-    return f"{data.source} ({data.split})" + (f", first {data.limit}" if data.limit else "")
+    return f"{section.source} ({section.split})" + (f", first {section.limit}" if section.limit else "")
 
 
 def curve_row(step: int, name: str, summary: dict[str, Any]) -> dict[str, Any]:

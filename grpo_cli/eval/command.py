@@ -46,8 +46,8 @@ class EvalOutcome:
 def run_eval(request: EvalRequest, display=None) -> EvalOutcome:
     """Check everything that needs no model first, then evaluate; the run's model card is refreshed after."""
     recipe = _load(request)
-    check_sampling(recipe.eval, ev.uses_tools(recipe))
-    skip_unused_bitsandbytes(recipe, request.own_process)
+    check_sampling(recipe.eval, ev.uses_tools(recipe.tools, recipe.environment))
+    skip_unused_bitsandbytes(recipe.quantization, recipe.training.optim, request.own_process)
     base = Target(
         "base" if request.adapter is None else "adapter",
         recipe.model.name,
@@ -69,7 +69,7 @@ def run_eval(request: EvalRequest, display=None) -> EvalOutcome:
         refuse_foreign(root, {"base", "trained", COMPARISON_FILE}, "grpo eval --compare")
         for folder in (base_out, trained_out):
             refuse_foreign(folder, OWN_FILES, "grpo eval")
-        trained = run_target(request.compare_run, recipe)
+        trained = run_target(request.compare_run, recipe.model.name)
         # A base evaluation is the same for every run with the same settings: --base reuses it (the store's
         # settings check refuses one made with another prompt, budget, dtype or data).
         results = [
@@ -78,7 +78,7 @@ def run_eval(request: EvalRequest, display=None) -> EvalOutcome:
         ]
         outcome = EvalOutcome(results, compare(results[0], results[1], root))
     else:
-        target = run_target(request.run, recipe) if request.run is not None else base
+        target = run_target(request.run, recipe.model.name) if request.run is not None else base
         default = default_output(recipe.eval, target, request.run)
         output = request.output or (default / "trained" if request.run else default)
         outcome = EvalOutcome([ev.evaluate(recipe, target, output, display, request.engine)], None)

@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 import time
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -26,13 +27,14 @@ from grpo_cli.eval.sampler import sampling_of
 from grpo_cli.eval.scoring import FILTERS, score, summarize
 from grpo_cli.eval.store import PredictionStore, previous_session
 from grpo_cli.eval.targets import Target
-from grpo_cli.eval.task import TaskScorer, task_problems, task_settings, task_source
+from grpo_cli.eval.task import TaskScorer, task_problems, task_settings
 from grpo_cli.files import sole_writer
 from grpo_cli.generation.engines import build_generator, choose_engine, engine_label
 from grpo_cli.generation.tool_loop import tool_summary
 from grpo_cli.progress import quiet_libraries
 from grpo_cli.recipe.eval_section import EvalSection
-from grpo_cli.recipe.schema import Recipe
+from grpo_cli.recipe.schema import DataSection, ModelSection, QuantizationSection, Recipe
+from grpo_cli.recipe.user_code import EnvironmentSpec, ToolSpec
 from grpo_cli.runs.layout import SUMMARY_FILE
 
 LM_EVAL_STOPS = ["Question:", "</s>", "<|im_end|>"]  # gsm8k.yaml `until`; the tokenizer's EOS is added
@@ -53,7 +55,8 @@ def max_new_tokens(ev: EvalSection) -> int:
 def settings_of(recipe: Recipe, target: Target, compute_dtype: str | None = None) -> dict[str, Any]:
     """What makes two evaluations the same one (limit and batch size may change between resumes). `compute_dtype` is
     recorded only where it differs from the weights' dtype: an evaluation that computes in its weights' dtype has
-    settings without the key, and those still match a folder whose settings lack it."""
+    settings without the key, and those still match a folder whose settings lack it. Reads the eval, model and data
+    sections, and the tools, environment, tool-call limit and rewards where they take part."""
     ev = recipe.eval
     return {
         "model": target.model,
@@ -72,10 +75,10 @@ def settings_of(recipe: Recipe, target: Target, compute_dtype: str | None = None
                 "max_tool_calling_iterations": recipe.grpo.max_tool_calling_iterations,
                 **({"environment": recipe.environment.model_dump()} if recipe.environment else {}),
             }
-            if uses_tools(recipe)
+            if uses_tools(recipe.tools, recipe.environment)
             else {}
         ),
-        **(task_settings(recipe) if ev.protocol == "task" else {}),
+        **(task_settings(ev, recipe.data, recipe.rewards) if ev.protocol == "task" else {}),
         **(
             {"num_fewshot": ev.num_fewshot, "fewshot_source": ev.fewshot_source, "fewshot_seed": ev.fewshot_seed}
             if ev.protocol == "lm-eval"
@@ -96,52 +99,53 @@ def evaluate(recipe: Recipe, target: Target, output: Path, display=None, engine:
 
 
 def _evaluate(recipe: Recipe, target: Target, output: Path, display, engine: str) -> EvalResult:
-    ev = recipe.eval
+    """`evaluate` once it holds `output`. Reads the eval, data, model and quantization sections, and the rewards,
+    training seed, tools, environment and tool-call limit where the protocol or the recipe uses them."""
+    ev, data = recipe.eval, recipe.data
     quiet_libraries()  # dataset-loading bars and hub retry warnings would sit above our own progress
     scorer = None
     if ev.protocol == "task":
-        problems, unscorable, scorer = task_problems(recipe, display.note if display else None)
+        note = display.note if display else None
+        problems, unscorable, scorer = task_problems(ev, data, recipe.rewards, recipe.model, recipe.training.seed, note)
     else:
         problems, unscorable = load_problems(ev)
     pool = fewshot_pool(ev) if ev.protocol == "lm-eval" and ev.num_fewshot else []  # its errors come before any file
     model = recipe.model.model_copy(update={"name": target.model})  # the target, not the recipe's own model
-    if uses_tools(recipe):  # before any file is written or weight loaded
+    tools_used = uses_tools(recipe.tools, recipe.environment)
+    if tools_used:  # before any file is written or weight loaded
         from grpo_cli.models import load_tokenizer
         from grpo_cli.tools.template import check_tool_template
 
         check_tool_template(load_tokenizer(model), target.model)
-    choice = choose_engine(engine, recipe.quantization, target.adapter, uses_tools(recipe))  # before any file
+    choice = choose_engine(engine, recipe.quantization, target.adapter, tools_used)  # before any file
     sampling, names = sampling_of(ev), scorer.names if scorer else FILTERS
-    store = PredictionStore(output, settings_of(recipe, target, compute_dtype(recipe)) | choice.settings(), problems)
+    dtype = compute_dtype(recipe.model, recipe.quantization)
+    store = PredictionStore(output, settings_of(recipe, target, dtype) | choice.settings(), problems)
     todo = [p for p in problems if p.index not in store.records]
     wall, new_tokens, engine_used = 0.0, 0, None
     if todo:
         if display and choice.note:
             display.note(f"{target.label}: {choice.note}")
         stops = LM_EVAL_STOPS if ev.protocol == "lm-eval" else []
-        dtype, budget = compute_dtype(recipe), max_new_tokens(ev)
+        budget = max_new_tokens(ev)
         generator, tokenizer = build_generator(
             model, recipe.quantization, target.adapter, choice, dtype, budget, stops, sampling
         )
         engine_used = {"engine": generator.name, "engine_version": generator.version, "lora_path": choice.lora_path}
-        stream = _stream(recipe, generator, tokenizer, todo, pool, sampling)
+        limit = recipe.grpo.max_tool_calling_iterations
+        loop = _tool_loop(recipe.tools, recipe.environment, recipe.model.name, generator, tokenizer, budget, limit)
+        stream = _stream(ev, data, generator, tokenizer, todo, pool, sampling, loop)
         if display:
             display.start(
                 target.label,
                 len(problems),
                 done=[store.records[p.index] for p in problems if p.index in store.records],
                 unscorable=unscorable,
-                engine=engine_label(generator, compute_dtype(recipe)),
+                engine=engine_label(generator, dtype),
                 names=names,
             )
-        started = time.perf_counter()
-        for batch in stream:
-            records = [_record(todo[item.index], item, recipe, scorer) for item in batch]
-            new_tokens += sum(item.model_tokens for item in batch)
-            store.add(records)
-            if display:
-                display.advance(records, time.perf_counter() - started)
-        wall = time.perf_counter() - started
+        record = partial(_record, protocol=ev.protocol, answer_marker=data.answer_marker, scorer=scorer)
+        wall, new_tokens = _score_batches(stream, todo, store, display, record)
         if display:
             display.stop()
         generator.close()  # vLLM's engine holds its weights and KV cache until freed; the next target starts one
@@ -153,7 +157,7 @@ def _evaluate(recipe: Recipe, target: Target, output: Path, display, engine: str
         "protocol": ev.protocol,
         "max_new_tokens": max_new_tokens(ev),
         "data": {
-            "source": task_source(recipe)[0] if ev.protocol == "task" else ev.source,
+            "source": ev.task_data(data)[0] if ev.protocol == "task" else ev.source,
             "split": ev.split,
             "limit": ev.limit,
             "unscorable": unscorable,
@@ -175,16 +179,29 @@ def _evaluate(recipe: Recipe, target: Target, output: Path, display, engine: str
     return EvalResult(output, summary, {p.index: store.records[p.index] for p in problems})
 
 
-def _record(problem, item, recipe: Recipe, scorer: TaskScorer | None = None) -> dict[str, Any]:
-    """One scored problem, as predictions.jsonl stores it (sampled: with each of its completions)."""
+def _score_batches(stream, todo: list, store: PredictionStore, display, record) -> tuple[float, int]:
+    """Each batch of `stream` scored by `record` and stored as it comes; the seconds it took and the new tokens."""
+    started, new_tokens = time.perf_counter(), 0
+    for batch in stream:
+        records = [record(todo[item.index], item) for item in batch]
+        new_tokens += sum(item.model_tokens for item in batch)
+        store.add(records)
+        if display:
+            display.advance(records, time.perf_counter() - started)
+    return time.perf_counter() - started, new_tokens
+
+
+def _record(problem, item, protocol: str, answer_marker: str, scorer: TaskScorer | None = None) -> dict[str, Any]:
+    """One scored problem, as predictions.jsonl stores it (sampled: with each of its completions); scored by the
+    task's `scorer`, else by the `protocol`'s filters reading the answer marked as data.answer_marker says."""
 
     def verdict(text: str) -> dict[str, Any]:
         if scorer:
             return scorer.score(text, problem)
-        return score(recipe.eval.protocol, text, problem, recipe.data.answer_marker)
+        return score(protocol, text, problem, answer_marker)
 
     if isinstance(item, ProblemSamples):
-        return sampled_record(problem, item.samples, [verdict(s.text) for s in item.samples], recipe.eval.protocol)
+        return sampled_record(problem, item.samples, [verdict(s.text) for s in item.samples], protocol)
     return {
         "index": problem.index,
         "question": problem.question,
@@ -196,55 +213,64 @@ def _record(problem, item, recipe: Recipe, scorer: TaskScorer | None = None) -> 
     }
 
 
-def _stream(recipe: Recipe, generator, tokenizer, todo: list, pool: list, sampling):
-    """The completions, a batch at a time: one per problem, or sampled, each problem's N together."""
-    ev = recipe.eval
-    if uses_tools(recipe):
-        return _tool_stream(recipe, generator, tokenizer, todo)
-    prompts = protocol_prompts(todo, recipe, tokenizer, pool)
+def _stream(ev: EvalSection, data: DataSection, generator, tokenizer, todo: list, pool: list, sampling, loop=None):
+    """The completions, a batch at a time: one per problem, or sampled, each problem's N together; through the tool
+    `loop` when the recipe has tools."""
+    if loop is not None:
+        return _tool_stream(loop, todo, data.system_prompt, ev.batch_size)
+    prompts = protocol_prompts(todo, ev, data, tokenizer, pool)
     if sampling is None:
         return generator.generate(prompts, ev.batch_size)
     prompts, seeds = repeated(prompts, todo, sampling)
     return by_problem(generator.generate(prompts, ev.batch_size, seeds=seeds), sampling.samples)
 
 
-def uses_tools(recipe: Recipe) -> bool:
-    return bool(recipe.tools) or recipe.environment is not None
+def uses_tools(tools: list[ToolSpec], environment: EnvironmentSpec | None) -> bool:
+    return bool(tools) or environment is not None
 
 
-def _tool_stream(recipe: Recipe, generator, tokenizer, todo: list):
-    """The problems through the tool loop, with the recipe's tools and environment behind their guards."""
-    from grpo_cli.data import build_prompt
+def _tool_loop(
+    tools: list[ToolSpec],
+    environment: EnvironmentSpec | None,
+    model_name: str,
+    generator,
+    tokenizer,
+    budget: int,
+    max_iterations: int,
+):
+    """The tool loop on `generator`, with the recipe's tools and environment behind their guards, up to `budget` new
+    tokens and `max_iterations` tool turns (grpo.max_tool_calling_iterations) a completion; None without tools."""
+    if not uses_tools(tools, environment):
+        return None
     from grpo_cli.generation.tool_loop import ToolLoop
     from grpo_cli.tools.wiring import recipe_tools
 
-    tools, environment = recipe_tools(recipe, tokenizer)
-    loop = ToolLoop(
-        generator,
-        tokenizer,
-        tools,
-        environment,
-        max_new_tokens(recipe.eval),
-        recipe.grpo.max_tool_calling_iterations,
-    )
+    guarded, environment_factory = recipe_tools(tools, environment, model_name, tokenizer)
+    return ToolLoop(generator, tokenizer, guarded, environment_factory, budget, max_iterations)
+
+
+def _tool_stream(loop, todo: list, system_prompt: str | None, batch_size: int):
+    """The problems through the tool loop, asked with the recipe's system prompt as chat."""
+    from grpo_cli.data import build_prompt
+
     examples = [
         {
             "index": k,
-            "prompt": build_prompt(p.question, recipe.data.system_prompt, True),
+            "prompt": build_prompt(p.question, system_prompt, True),
             "question": p.question,
             "answer": p.gold,
         }
         for k, p in enumerate(todo)
     ]
-    return loop.run(examples, recipe.eval.batch_size)
+    return loop.run(examples, batch_size)
 
 
-def compute_dtype(recipe: Recipe) -> str:
+def compute_dtype(model: ModelSection, quantization: QuantizationSection | None) -> str:
     """The dtype generation runs in: training's matmul precision (bitsandbytes-quantized models keep theirs)."""
     import torch
 
     from grpo_cli.recipe.precision import precision_here
 
-    if recipe.quantization is not None:
-        return recipe.model.dtype
-    return precision_here(recipe.model, on_cpu=not torch.cuda.is_available()).inference_dtype
+    if quantization is not None:
+        return model.dtype
+    return precision_here(model, on_cpu=not torch.cuda.is_available()).inference_dtype

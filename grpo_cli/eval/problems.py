@@ -11,7 +11,7 @@ from typing import Any
 from grpo_cli.data import build_prompt, load_rows, render_prompt
 from grpo_cli.errors import UserError
 from grpo_cli.recipe.eval_section import EvalSection
-from grpo_cli.recipe.schema import Recipe
+from grpo_cli.recipe.schema import DataSection
 from grpo_cli.recipe.sources import GENERATED
 from rewards.gsm8k_task import gsm8k_gold, has_numeric_gold
 
@@ -97,18 +97,16 @@ def lm_eval_prompts(problems: list[Problem], pool: list[dict[str, Any]], num_few
     return [by_index[p.index] for p in problems]
 
 
-def chat_prompts(problems: list[Problem], recipe: Recipe, tokenizer) -> list[str]:
-    """The training prompt: the recipe's system prompt, through the chat template (or plain text)."""
-    return [
-        render_prompt(tokenizer, build_prompt(p.question, recipe.data.system_prompt, recipe.data.chat))
-        for p in problems
-    ]
+def chat_prompts(problems: list[Problem], data: DataSection, tokenizer) -> list[str]:
+    """The training prompt: the data section's system prompt, through the chat template (or plain text)."""
+    return [render_prompt(tokenizer, build_prompt(p.question, data.system_prompt, data.chat)) for p in problems]
 
 
-def protocol_prompts(problems: list[Problem], recipe: Recipe, tokenizer, pool: list[dict[str, Any]]) -> list[str]:
+def protocol_prompts(
+    problems: list[Problem], ev: EvalSection, data: DataSection, tokenizer, pool: list[dict[str, Any]]
+) -> list[str]:
     """What the evaluation's protocol shows the model for each problem: lm-eval's few-shot context (examples drawn
     as its sampler draws them from `pool`), else the training prompt."""
-    ev = recipe.eval
     if ev.protocol == "lm-eval":
         return lm_eval_prompts(problems, pool, ev.num_fewshot, ev.fewshot_seed)
-    return chat_prompts(problems, recipe, tokenizer)
+    return chat_prompts(problems, data, tokenizer)

@@ -12,7 +12,8 @@ from __future__ import annotations
 from typing import Any
 
 from grpo_cli.errors import UserError
-from grpo_cli.recipe.schema import Recipe
+from grpo_cli.recipe.schema import DataSection
+from grpo_cli.recipe.user_code import RewardSpec
 
 REFERENCE_ROWS = 64  # references checked: one pass among them is enough, and a slow user verifier stays cheap
 
@@ -27,36 +28,38 @@ def answer_forms(answer: str, data) -> list[str]:
     return [answer, marked] + ([f"<reasoning>\n</reasoning>\n{marked}"] if reasoning else [])
 
 
-def training_references(recipe: Recipe) -> list[dict[str, Any]]:
-    """The first REFERENCE_ROWS training examples (prompt, question, answer), as training prepares them."""
+def training_references(data: DataSection, seed: int) -> list[dict[str, Any]]:
+    """The first REFERENCE_ROWS training examples (prompt, question, answer), as training prepares them with the
+    training `seed`."""
     from grpo_cli.data import select_rows, to_example
 
-    rows, _ = select_rows(recipe.data, seed=recipe.training.seed)
-    return [to_example(row, recipe.data) for row in rows[:REFERENCE_ROWS]]
+    rows, _ = select_rows(data, seed=seed)
+    return [to_example(row, data) for row in rows[:REFERENCE_ROWS]]
 
 
-def problem_references(recipe: Recipe, problems: list) -> list[dict[str, Any]]:
+def problem_references(data: DataSection, problems: list) -> list[dict[str, Any]]:
     """The first REFERENCE_ROWS problems of a task evaluation as examples, prompted as evaluation prompts them."""
     from grpo_cli.data import build_prompt
 
-    data = recipe.data
     return [
         {"prompt": build_prompt(p.question, data.system_prompt, data.chat), "question": p.question, "answer": p.gold}
         for p in problems[:REFERENCE_ROWS]
     ]
 
 
-def check_references(recipe: Recipe, verifiers: list[int], examples: list[dict[str, Any]], source: str) -> None:
-    """Refuse in one line when one of the `verifiers` (indices into recipe.rewards) passes none of the `examples`'
+def check_references(
+    data: DataSection, rewards: list[RewardSpec], verifiers: list[int], examples: list[dict[str, Any]], source: str
+) -> None:
+    """Refuse in one line when one of the `verifiers` (indices into `rewards`) passes none of the `examples`'
     reference answers (the first REFERENCE_ROWS), each written in every form of `answer_forms`. Reward models and
     judges are left out: they load with the policy."""
     from rewards import resolve_reward
 
-    data, examples = recipe.data, [e for e in examples[:REFERENCE_ROWS] if e.get("answer")]
+    examples = [e for e in examples[:REFERENCE_ROWS] if e.get("answer")]
     if not data.answer_column or not examples:
         return
     for index in verifiers:
-        spec = recipe.rewards[index]
+        spec = rewards[index]
         if getattr(spec, "model", None) is not None or getattr(spec, "judge", None) is not None:
             continue
         error = _first_error(resolve_reward(spec.name, spec.kwargs), spec, examples, data)

@@ -9,7 +9,6 @@ from pathlib import Path
 
 from grpo_cli.errors import UserError
 from grpo_cli.recipe.eval_section import EvalSection
-from grpo_cli.recipe.schema import Recipe
 from grpo_cli.runs.layout import EVAL_DIR, FINAL_DIR, is_checkpoint
 from grpo_cli.runs.weight_files import unloadable_weights
 
@@ -40,9 +39,9 @@ def _slug(name: str) -> str:
     return re.sub(r"[^A-Za-z0-9._-]+", "_", Path(name.rstrip("/")).name.removesuffix(".gguf")) or "model"
 
 
-def run_target(run_dir: Path, recipe: Recipe) -> Target:
-    """The trained model of a finished run (its LoRA adapter on the recipe's base, or its full weights), or of one
-    of its checkpoints when `run_dir` is RUN/checkpoint-N."""
+def run_target(run_dir: Path, base_model: str) -> Target:
+    """The trained model of a finished run (its LoRA adapter on `base_model`, the recipe's model.name, or its full
+    weights), or of one of its checkpoints when `run_dir` is RUN/checkpoint-N."""
     from grpo_cli.models import is_lora_adapter
 
     weights = run_dir if is_checkpoint(run_dir) else run_dir / FINAL_DIR
@@ -54,7 +53,7 @@ def run_target(run_dir: Path, recipe: Recipe) -> Target:
             f"--run {run_dir.parent if is_checkpoint(run_dir) else run_dir}/checkpoint-N"
         )
     if is_lora_adapter(weights):
-        return Target("trained", recipe.model.name, str(weights))
+        return Target("trained", base_model, str(weights))
     if (weights / "config.json").exists():
         return Target("trained", str(weights))
     if weights == run_dir:

@@ -13,7 +13,9 @@ from grpo_cli.data import build_prompt, gold_answer, select_rows
 from grpo_cli.errors import UserError
 from grpo_cli.eval.problems import GENERATED_TEST_SEED, Problem
 from grpo_cli.eval.references import check_references, problem_references
-from grpo_cli.recipe.schema import Recipe
+from grpo_cli.recipe.eval_section import EvalSection
+from grpo_cli.recipe.schema import DataSection, ModelSection
+from grpo_cli.recipe.user_code import RewardSpec
 
 # What a built-in reward is to evaluation when the recipe does not say (`role:`). Answer checks are verifiers;
 # rewards on the form are formats; everything else (length, proximity, partial credit) shapes training only.
@@ -29,27 +31,22 @@ def role_of(spec) -> str:
     return "format" if spec.name in BUILTIN_FORMATS else "shaping"
 
 
-def task_source(recipe: Recipe) -> tuple[str, str | None]:
-    """eval.source when the recipe sets it, else the training data's own source (its held-out split is eval.split)."""
-    return recipe.eval.task_data(recipe.data)
-
-
-def check_task(recipe: Recipe) -> None:
+def check_task(data: DataSection, rewards: list[RewardSpec]) -> None:
     """A task evaluation needs reference answers and at least one reward that checks them."""
-    if not recipe.data.answer_column:
+    if not data.answer_column:
         raise UserError(
             "evaluating the task needs the reference answers: set data.answer_column to the column that holds them",
             path="data.answer_column",
         )
-    for index, spec in enumerate(recipe.rewards):
+    for index, spec in enumerate(rewards):
         if spec.role == "verifier" and spec.name in BUILTIN_FORMATS:
             raise UserError(
                 f"`{spec.name}` checks the form of an answer, not whether it is right: it cannot be a verifier; "
                 "set its role: format",
                 path=f"rewards[{index}].role",
             )
-    if not any(role_of(spec) == "verifier" for spec in recipe.rewards):
-        names = ", ".join(f"`{s.name}`" for s in recipe.rewards) or "none"
+    if not any(role_of(spec) == "verifier" for spec in rewards):
+        names = ", ".join(f"`{s.name}`" for s in rewards) or "none"
         raise UserError(
             f"no reward checks the answer (rewards: {names}): add `correctness`, or mark your answer check "
             "`role: verifier`",
@@ -57,14 +54,17 @@ def check_task(recipe: Recipe) -> None:
         )
 
 
-def task_problems(recipe: Recipe, note=None) -> tuple[list[Problem], int, TaskScorer]:
-    """The held-out problems, how many rows were unusable, and their scorer; refusals come before any file."""
-    check_task(recipe)
-    problems, unscorable = load_task_problems(recipe)
-    scorer = TaskScorer(recipe)  # an unknown reward is refused here
-    verifiers = [index for index, spec in enumerate(recipe.rewards) if role_of(spec) == "verifier"]
-    check_references(recipe, verifiers, problem_references(recipe, problems), task_source(recipe)[0])
-    overlap = training_overlap(recipe, problems)
+def task_problems(
+    ev: EvalSection, data: DataSection, rewards: list[RewardSpec], model: ModelSection, seed: int, note=None
+) -> tuple[list[Problem], int, TaskScorer]:
+    """The held-out problems, how many rows were unusable, and their scorer (TaskScorer); refusals come before any
+    file. `seed`: training's, which drew the training prompts the overlap is counted on."""
+    check_task(data, rewards)
+    problems, unscorable = load_task_problems(ev, data)
+    scorer = TaskScorer(data, rewards, model)  # an unknown reward is refused here
+    verifiers = [index for index, spec in enumerate(rewards) if role_of(spec) == "verifier"]
+    check_references(data, rewards, verifiers, problem_references(data, problems), ev.task_data(data)[0])
+    overlap = training_overlap(data, problems, seed)
     if overlap and note:
         note(
             f"warning: {overlap} of the {len(problems)} evaluated prompts are also training prompts; "
@@ -73,16 +73,17 @@ def task_problems(recipe: Recipe, note=None) -> tuple[list[Problem], int, TaskSc
     return problems, unscorable, scorer
 
 
-def load_task_problems(recipe: Recipe) -> tuple[list[Problem], int]:
+def load_task_problems(ev: EvalSection, data: DataSection) -> tuple[list[Problem], int]:
     """The first eval.limit usable rows of the held-out split, in its order, prepared as training prepares rows; and
-    how many rows were left out as unusable."""
-    source, config = task_source(recipe)
-    held_out = recipe.data.model_copy(
+    how many rows were left out as unusable. The source is eval.source when the recipe sets it, else the training
+    data's own (EvalSection.task_data)."""
+    source, config = ev.task_data(data)
+    held_out = data.model_copy(
         update={
             "source": source,
             "config": config,
-            "split": recipe.eval.split,
-            "limit": recipe.eval.limit,
+            "split": ev.split,
+            "limit": ev.limit,
             "shuffle_seed": None,
             "max_solution_steps": None,  # the whole held-out split, not the training band
         }
@@ -101,10 +102,9 @@ def load_task_problems(recipe: Recipe) -> tuple[list[Problem], int]:
     return problems, sum(unusable.values())
 
 
-def task_settings(recipe: Recipe) -> dict[str, Any]:
+def task_settings(ev: EvalSection, data: DataSection, rewards: list[RewardSpec]) -> dict[str, Any]:
     """What makes two task evaluations the same one: the data as prepared and the rewards that score it."""
-    source, config = task_source(recipe)
-    data = recipe.data
+    source, config = ev.task_data(data)
     return {
         "source": source,
         "config": config,
@@ -113,17 +113,17 @@ def task_settings(recipe: Recipe) -> dict[str, Any]:
         "answer_format": data.answer_format,
         "scorers": [
             {"name": s.name, "kwargs": s.kwargs, "role": role_of(s), "pass_score": s.pass_score}
-            for s in recipe.rewards
+            for s in rewards
             if role_of(s) != "shaping"
         ],
     }
 
 
-def training_overlap(recipe: Recipe, problems: list[Problem]) -> int:
-    """How many evaluated prompts are also training prompts (the same text): an evaluation on them measures
-    memory, not the task."""
-    rows, _ = select_rows(recipe.data, seed=recipe.training.seed)
-    seen = {_text(row[recipe.data.prompt_column]) for row in rows}
+def training_overlap(data: DataSection, problems: list[Problem], seed: int) -> int:
+    """How many evaluated prompts are also training prompts (the same text, training's rows drawn with its `seed`):
+    an evaluation on them measures memory, not the task."""
+    rows, _ = select_rows(data, seed=seed)
+    seen = {_text(row[data.prompt_column]) for row in rows}
     return sum(_text(p.question) in seen for p in problems)
 
 
@@ -133,16 +133,17 @@ def _text(question: Any) -> str:
 
 
 class TaskScorer:
-    """Scores one completion with the recipe's verifier and format rewards, each behind the training guard."""
+    """Scores one completion with the recipe's verifier and format rewards, each behind the training guard. `model`:
+    the recipe's model section, the policy a judge may be and the default dtype of reward models."""
 
-    def __init__(self, recipe: Recipe):
+    def __init__(self, data: DataSection, rewards: list[RewardSpec], model: ModelSection):
         from grpo_cli.model_rewards.build import reward_functions
         from grpo_cli.reward_guard import GuardedReward
 
-        self.data = recipe.data
+        self.data = data
         self.verifiers: list[tuple[str, Any, float]] = []
         self.formats: list[tuple[str, Any, float]] = []
-        for spec, func in zip(recipe.rewards, reward_functions(recipe)):
+        for spec, func in zip(rewards, reward_functions(rewards, model)):
             role = role_of(spec)
             if role == "shaping":
                 continue

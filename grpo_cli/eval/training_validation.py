@@ -14,47 +14,58 @@ from grpo_cli.eval.problems import Problem, chat_prompts, fewshot_pool, lm_eval_
 from grpo_cli.eval.scoring import FILTERS, score, summarize
 from grpo_cli.eval.task import TaskScorer, check_task, load_task_problems, training_overlap
 from grpo_cli.generation.transformers_engine import HFGenerator
-from grpo_cli.recipe.schema import Recipe
+from grpo_cli.recipe.eval_section import EvalSection
+from grpo_cli.recipe.schema import DataSection, Recipe
+from grpo_cli.recipe.validation_section import ValidationSection
 from grpo_cli.runs.validation_curve import PREFIX, SHORTCUT_KEY, SHORTCUT_REASON_KEY, accuracy_key
 
 
 def held_out_validation(recipe: Recipe, warn=print) -> HeldOutValidation:
     """The validation of a recipe with a `validation:` section; the data's refusals (no usable row, no verifier)
-    come here, before the run directory is written. A slice with training prompts in it is `warn`ed about."""
-    ev, size = recipe.eval, recipe.validation.limit
+    come here, before the run directory is written. A slice with training prompts in it is `warn`ed about. Reads the
+    eval, validation, data, rewards and model sections, and training's seed."""
+    ev, data, size = recipe.eval, recipe.data, recipe.validation.limit
     scorer = None
     if ev.protocol == "task":
-        check_task(recipe)
-        problems, _ = load_task_problems(recipe)
-        scorer = TaskScorer(recipe)  # an unknown reward is refused here
+        check_task(data, recipe.rewards)
+        problems, _ = load_task_problems(ev, data)
+        scorer = TaskScorer(data, recipe.rewards, recipe.model)  # an unknown reward is refused here
     else:
         problems, _ = load_problems(ev)
     problems = problems[:size]
-    overlap = training_overlap(recipe, problems)
+    overlap = training_overlap(data, problems, recipe.training.seed)
     if overlap:
         warn(
             f"warning: {overlap} of the {len(problems)} validation problems are also training prompts, so their "
             "accuracy measures memory; validate on a held-out split (eval.split) or file (eval.source)"
         )
     pool = fewshot_pool(ev) if ev.protocol == "lm-eval" and ev.num_fewshot else []
-    return HeldOutValidation(recipe, problems, scorer, pool)
+    return HeldOutValidation(ev, data, recipe.validation, problems, scorer, pool)
 
 
 class HeldOutValidation:
     """`validate(model, tokenizer) -> {"val/...": number}`: one greedy pass over the slice. The model is put in eval
     mode (no dropout) and back in the mode it was in; greedy decoding draws no random number, so the training run
-    continues as it would have without it."""
+    continues as it would have without it. `ev`, `data`: what `grpo eval` would score with and how it prompts;
+    `validation`: the slice's own budget and batch size."""
 
-    def __init__(self, recipe: Recipe, problems: list[Problem], scorer: TaskScorer | None, pool: list[dict]):
-        self.recipe, self.problems, self.scorer, self.pool = recipe, problems, scorer, pool
-        section = recipe.validation
-        self.budget = section.max_new_tokens or max_new_tokens(recipe.eval)
-        self.batch_size = section.batch_size or recipe.eval.batch_size
+    def __init__(
+        self,
+        ev: EvalSection,
+        data: DataSection,
+        validation: ValidationSection,
+        problems: list[Problem],
+        scorer: TaskScorer | None,
+        pool: list[dict],
+    ):
+        self.ev, self.data, self.problems, self.scorer, self.pool = ev, data, problems, scorer, pool
+        self.budget = validation.max_new_tokens or max_new_tokens(ev)
+        self.batch_size = validation.batch_size or ev.batch_size
         self.names = self.scorer.names if self.scorer else list(FILTERS)
         self._prompts: list[str] | None = None
 
     def __call__(self, model, tokenizer) -> dict[str, float]:
-        ev = self.recipe.eval
+        ev = self.ev
         stops = LM_EVAL_STOPS if ev.protocol == "lm-eval" else []
         max_length = getattr(model.config, "max_position_embeddings", None)
         generator = HFGenerator(model, tokenizer, self.budget, stops, max_length, inference_mode=False)
@@ -75,18 +86,18 @@ class HeldOutValidation:
     def prompts(self, tokenizer) -> list[str]:
         """The prompts `grpo eval` shows for these problems, rendered once with the training tokenizer."""
         if self._prompts is None:
-            ev = self.recipe.eval
+            ev = self.ev
             if ev.protocol == "lm-eval":
                 self._prompts = lm_eval_prompts(self.problems, self.pool, ev.num_fewshot, ev.fewshot_seed)
             else:
-                self._prompts = chat_prompts(self.problems, self.recipe, tokenizer)
+                self._prompts = chat_prompts(self.problems, self.data, tokenizer)
         return self._prompts
 
     def _scored(self, problem: Problem, text: str, new_tokens: int) -> dict[str, Any]:
         if self.scorer:
             verdict = self.scorer.score(text, problem)
         else:
-            verdict = score(self.recipe.eval.protocol, text, problem, self.recipe.data.answer_marker)
+            verdict = score(self.ev.protocol, text, problem, self.data.answer_marker)
         return {"gold": problem.gold, "completion": text, **verdict, "new_tokens": new_tokens}
 
 

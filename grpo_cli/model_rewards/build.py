@@ -7,21 +7,23 @@ from collections.abc import Callable
 from typing import Any
 
 from grpo_cli.model_rewards.scorer import ModelReward, RewardModel
-from grpo_cli.recipe.schema import Recipe
+from grpo_cli.recipe.schema import ModelSection
+from grpo_cli.recipe.user_code import RewardSpec
 
 
-def reward_functions(recipe: Recipe) -> list[Callable[..., Any]]:
+def reward_functions(rewards: list[RewardSpec], model: ModelSection) -> list[Callable[..., Any]]:
     """One callable with TRL's reward signature per entry of `rewards:`. Models load later: as training starts
-    (`bind_model_rewards`), else at their first call."""
+    (`bind_model_rewards`), else at their first call. `model`: the policy's section, which a judge may be and whose
+    dtype reward models default to."""
     from grpo_cli.model_rewards.judge import Judge
     from rewards import resolve_reward
 
     out: list[Callable[..., Any]] = []
-    for index, spec in enumerate(recipe.rewards):
+    for index, spec in enumerate(rewards):
         if spec.judge is not None:
-            out.append(Judge(spec, index, recipe.model))
+            out.append(Judge(spec, index, model))
         elif spec.model is not None:
-            out.append(RewardModel(spec, index, recipe.model))
+            out.append(RewardModel(spec, index, model))
         else:
             out.append(resolve_reward(spec.name, spec.kwargs))
     return out

@@ -53,7 +53,7 @@ def read_data_lengths(recipe: Recipe) -> tuple[DataLengths | None, str]:
     from grpo_cli.tools.wiring import prompt_tools
 
     try:
-        lengths = _measure(recipe.model, data, recipe.training.seed, prompt_tools(recipe))
+        lengths = _measure(recipe.model, data, recipe.training.seed, prompt_tools(recipe.tools))
     except UserError as error:
         return None, f"the data could not be measured ({error.problems[0].message}): planned at the recipe's limits"
     except Exception as exc:  # a tokenizer that cannot load offline, a broken file: the limits still give a plan

@@ -34,7 +34,7 @@ def calibration_recipe(recipe: Recipe, tokenizer, work: Path) -> Recipe:
     from grpo_cli.tools.wiring import prompt_tools
 
     data_file = fixed_length_data(work)
-    tools = prompt_tools(recipe)  # rendered into every prompt
+    tools = prompt_tools(recipe.tools)  # rendered into every prompt
     length = prompt_length(tokenizer, build_prompt(PROMPT, recipe.data.system_prompt, recipe.data.chat), tools)
     update = recipe.model_dump()
     update["data"].update(
@@ -137,7 +137,7 @@ def measure_steps(
     tokenizer = models.load_tokenizer(recipe.model)
     ran = calibration_recipe(recipe, tokenizer, work)
     ran = ran.model_copy(update={"training": ran.training.model_copy(update={"max_steps": max(2, steps)})})
-    funcs = [_tolerant(f) for f in reward_functions(ran)]
+    funcs = [_tolerant(f) for f in reward_functions(ran.rewards, ran.model)]
     trainer, _ = build_trainer(ran, work / "run", reward_funcs=funcs, tokenizer=tokenizer)
     tracker = None if cuda else LiveTensorBytes()
     last_step = ran.training.max_steps

@@ -65,7 +65,8 @@ def run_preflight(
     name, the architecture) come first, so a typo is refused before a minute of measuring. `show` hears where it is."""
     from grpo_cli.process.optional_libraries import skip_unused_bitsandbytes
 
-    skip_unused_bitsandbytes(recipe, own_process)  # before torch and the libraries below decide whether it is installed
+    # before torch and the libraries below decide whether it is installed
+    skip_unused_bitsandbytes(recipe.quantization, recipe.training.optim, own_process)
     import torch
 
     from grpo_cli.errors import UserError
@@ -75,8 +76,7 @@ def run_preflight(
     from grpo_cli.tools.guard import EnvironmentFailure
 
     gpu_label, gpu_bytes = gpu_for(recipe.hardware, gpu_spec)
-    arch = architectures.resolve(recipe.model)
-    architectures.check_context(recipe.data, recipe.grpo, arch)
+    architectures.check_context(recipe.data, recipe.grpo, arch := architectures.resolve(recipe.model))
     started = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="grpo-preflight-") as tmp:
         work = Path(tmp)
@@ -87,7 +87,8 @@ def run_preflight(
         groups = sample_groups(isolated, count, show)  # from the model as it starts
         show("scoring constant answers with the verifier rewards", new_phase=True)
         base = verifier_reward(recipe.rewards, [r.mean for r in groups.rewards])
-        constants = constant_policies(recipe.data, recipe.rewards, reward_functions(recipe), recipe.training.seed, base)
+        funcs = reward_functions(recipe.rewards, recipe.model)
+        constants = constant_policies(recipe.data, recipe.rewards, funcs, recipe.training.seed, base)
         try:
             measured = measure_steps(isolated, work, steps, show)
         except EnvironmentFailure as failure:  # the run would stop on it too (train/run.py)

@@ -97,13 +97,13 @@ def sample_groups(recipe: Recipe, prompt_count: int, show=lambda text, new_phase
     from grpo_cli.model_rewards.build import reward_functions
 
     tokenizer = models.load_tokenizer(recipe.model)
-    prepared = data.prepare(recipe.data, tokenizer, seed=recipe.training.seed, tools=prompt_tools(recipe))
-    prepared.check_enough(recipe)
+    prepared = data.prepare(recipe.data, tokenizer, seed=recipe.training.seed, tools=prompt_tools(recipe.tools))
+    prepared.check_enough(recipe.generation_batch_size, recipe.grpo.num_generations, recipe.total_steps)
     rows = prepared.dataset.shuffle(seed=recipe.training.seed).select(range(min(prompt_count, len(prepared.dataset))))
     model = models.load_model(recipe.model, recipe.quantization).eval()
     if torch.cuda.is_available() and model.device.type == "cpu":
         model = model.to("cuda")
-    funcs = reward_functions(recipe)
+    funcs = reward_functions(recipe.rewards, recipe.model)
     g, budget = recipe.grpo.num_generations, recipe.grpo.max_completion_length
     per_training_batch = max(1, recipe.generation_batch_per_process // g)  # prompts per generation batch in training
     # On a GPU sample exactly training's batches (no more memory than the run); on a CPU larger batches are faster.
@@ -112,7 +112,8 @@ def sample_groups(recipe: Recipe, prompt_count: int, show=lambda text, new_phase
     )
     sampler = PolicySampler(model, tokenizer, recipe.grpo, budget)
     torch.manual_seed(recipe.training.seed)
-    loop = tool_loop(sampler, recipe.grpo, *recipe_tools(recipe, tokenizer))
+    tools = recipe_tools(recipe.tools, recipe.environment, recipe.model.name, tokenizer)
+    loop = tool_loop(sampler, recipe.grpo, *tools)
     tally = _Tally(funcs, recipe.rewards, tokenizer.eos_token_id, budget, per_training_batch * g)
     columns_all = {k: rows[k] for k in rows.column_names if k != "prompt"}
     batches = -(-len(rows) // per_batch)

@@ -17,22 +17,22 @@ import sys
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from grpo_cli.recipe.schema import Recipe
+    from grpo_cli.recipe.schema import QuantizationSection
 
 # Libraries that decide at their own import whether bitsandbytes is there; after them, marking it absent is too late.
 _DECIDERS = ("bitsandbytes", "peft", "transformers", "trl", "accelerate")
 
 
-def needs_bitsandbytes(recipe: Recipe) -> bool:
-    return (
-        recipe.quantization is not None or "8bit" in recipe.training.optim or recipe.training.optim.startswith("paged_")
-    )
+def needs_bitsandbytes(quantization: QuantizationSection | None, optim: str) -> bool:
+    """Quantized base weights, or an 8-bit or paged optimizer (training.optim)."""
+    return quantization is not None or "8bit" in optim or optim.startswith("paged_")
 
 
-def skip_unused_bitsandbytes(recipe: Recipe, own_process: bool) -> bool:
-    """Mark bitsandbytes absent for this process when the recipe does not need it and the caller owns the process
-    (`own_process`: the console script's commands). True when it was marked."""
-    if not own_process or needs_bitsandbytes(recipe) or any(name in sys.modules for name in _DECIDERS):
+def skip_unused_bitsandbytes(quantization: QuantizationSection | None, optim: str, own_process: bool) -> bool:
+    """Mark bitsandbytes absent for this process when the recipe (its `quantization` and training.optim) does not
+    need it and the caller owns the process (`own_process`: the console script's commands). True when it was
+    marked."""
+    if not own_process or needs_bitsandbytes(quantization, optim) or any(name in sys.modules for name in _DECIDERS):
         return False
     sys.modules["bitsandbytes"] = None  # type: ignore[assignment]
     return True

@@ -6,24 +6,31 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from grpo_cli.recipe.schema import Recipe
+from grpo_cli.recipe.user_code import EnvironmentSpec, ToolSpec
 
 
-def prompt_tools(recipe: Recipe) -> list[Callable[..., Any]] | None:
+def prompt_tools(tools: list[ToolSpec]) -> list[Callable[..., Any]] | None:
     """The tools the chat template renders into every prompt (None without tools): prompt lengths count them."""
     from grpo_cli.tools.registry import guarded_tools
 
-    return guarded_tools(recipe.tools) if recipe.tools else None
+    return guarded_tools(tools) if tools else None
 
 
-def recipe_tools(recipe: Recipe, tokenizer, warn: Callable[[str], None] = print):
-    """The recipe's tools and environment factory, each behind its guard, once the model's chat template is known to
-    carry tool calls; (None, None) for a recipe with neither. `warn`: where an environment's warnings go."""
-    if not recipe.tools and recipe.environment is None:
+def recipe_tools(
+    tools: list[ToolSpec],
+    environment: EnvironmentSpec | None,
+    model_name: str,
+    tokenizer,
+    warn: Callable[[str], None] = print,
+):
+    """The recipe's tools and environment factory, each behind its guard, once the chat template of `model_name`'s
+    `tokenizer` is known to carry tool calls; (None, None) for a recipe with neither. `warn`: where an environment's
+    warnings go."""
+    if not tools and environment is None:
         return None, None
     from grpo_cli.tools.registry import guarded_environment, guarded_tools
     from grpo_cli.tools.template import check_tool_template
 
-    check_tool_template(tokenizer, recipe.model.name)
-    environment = guarded_environment(recipe.environment, warn) if recipe.environment is not None else None
-    return guarded_tools(recipe.tools), environment
+    check_tool_template(tokenizer, model_name)
+    guarded = guarded_environment(environment, warn) if environment is not None else None
+    return guarded_tools(tools), guarded

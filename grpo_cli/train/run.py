@@ -41,7 +41,7 @@ def run(
     from grpo_cli.process.optional_libraries import skip_unused_bitsandbytes
     from grpo_cli.train import distributed
 
-    skip_unused_bitsandbytes(recipe, own_process)
+    skip_unused_bitsandbytes(recipe.quantization, recipe.training.optim, own_process)
     # One run at a time in a run directory; under `accelerate launch` the launcher holds it for its ranks.
     with nullcontext() if distributed.is_launched_rank() else sole_writer(recipe.output_dir, "grpo train"):
         if distributed.wants_launch(recipe.distributed):
@@ -95,7 +95,7 @@ def train(
     trainer, prepared = build_trainer(
         recipe, run_dir, [interrupt], reward_funcs, warn=warn, start_weights=start.final_dir
     )
-    for line in prepared.report(recipe):
+    for line in prepared.report():
         console.print(line, highlight=False)
     display = stage_display(console, recipe.total_steps(len(prepared.dataset)), checkpoint)
     metrics = _watch(trainer, display, recipe.training.log_completions, reward_funcs[0])

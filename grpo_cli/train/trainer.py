@@ -36,9 +36,10 @@ def build_trainer(
     quiet_libraries()
     seams.check_trl()  # before anything loads: a TRL without a name grpo relies on stops here, named
     tokenizer = tokenizer or models.load_tokenizer(recipe.model)
-    tools, environment_factory = recipe_tools(recipe, tokenizer, warn)
+    tools, environment_factory = recipe_tools(recipe.tools, recipe.environment, recipe.model.name, tokenizer, warn)
     prepared = data.prepare(recipe.data, tokenizer, seed=recipe.training.seed, tools=tools)
-    prepared.check_enough(recipe)  # before the model loads: too few usable rows for one step is refused here
+    # before the model loads: too few usable rows for one step is refused here
+    prepared.check_enough(recipe.generation_batch_size, recipe.grpo.num_generations, recipe.total_steps)
     precision = precision_here(recipe.model)
     engine_settings = nullcontext()
     if precision.on_cpu and recipe.grpo.use_vllm:
@@ -103,5 +104,5 @@ def guarded_rewards(recipe: Recipe, warn=print) -> list:
         GuardedReward(
             func, spec.timeout_s, warn, record=index == 0, tool_names=names if index == 0 else None, label=spec.name
         )
-        for index, (func, spec) in enumerate(zip(reward_functions(recipe), recipe.rewards))
+        for index, (func, spec) in enumerate(zip(reward_functions(recipe.rewards, recipe.model), recipe.rewards))
     ]

@@ -92,7 +92,7 @@ def _reward(recipe: Recipe):
 
     index = next(i for i, s in enumerate(recipe.rewards) if s.name == recipe.warmup.reward)
     spec = recipe.rewards[index]
-    return GuardedReward(reward_functions(recipe)[index], spec.timeout_s, label=spec.name)
+    return GuardedReward(reward_functions(recipe.rewards, recipe.model)[index], spec.timeout_s, label=spec.name)
 
 
 def _generate(sampler: PolicySampler, prompts: list, k: int):
