@@ -41,3 +41,8 @@ def test_no_new_function_below_cli_takes_the_whole_recipe():
 def test_the_allowlist_only_names_functions_that_still_take_the_recipe():
     gone = sorted(allowed() - recipe_takers())
     assert not gone, f"these no longer take `recipe`: remove them from {ALLOWLIST.name}: {gone}"
+
+
+def test_at_most_forty_functions_take_the_whole_recipe():
+    """Entry points and the few that read three or more sections or change the recipe (docs/layout.md)."""
+    assert len(allowed()) <= 40, len(allowed())

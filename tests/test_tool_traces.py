@@ -150,7 +150,7 @@ def test_a_warmup_on_traces_trains_the_models_turns_only_then_grpo_calls_the_too
             grpo={"num_generations": 2, "max_completion_length": 16, "max_tool_calling_iterations": 1},
         )
     )
-    examples = training_examples(recipe)
+    examples = training_examples(recipe.warmup, recipe.data, recipe.tools, recipe.training.seed)
     trainer = sft_trainer(recipe.warmup, recipe.training, tmp_path / "sft", warmup_setup(recipe), examples.rows, [])
     assert trainer.args.assistant_only_loss
     row = trainer.train_dataset[0]

@@ -185,11 +185,11 @@ def test_the_plan_counts_the_cpu_engine_and_sizes_its_kv_cache_as_training_does(
     bf16_terms = {t.name: t.bytes for t in memory_plan(bf16, arch, "cpu", 24 * 2**30).terms}
     assert bf16_terms["vLLM packed vocabulary"] == arch.vocab_size * arch.hidden_size * 2
     assert bf16_terms["vLLM weights"] == terms["vLLM weights"].bytes / 2
-    prepare_environment(recipe)
+    prepare_environment(recipe.model, recipe.data, recipe.grpo, recipe.generation_batch_per_process)
     assert terms["vLLM KV cache"].bytes == int(os.environ["VLLM_CPU_KVCACHE_SPACE"]) * 2**30
     assert os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] == "0"
     monkeypatch.setenv("VLLM_CPU_KVCACHE_SPACE", "3")
-    prepare_environment(recipe)
+    prepare_environment(recipe.model, recipe.data, recipe.grpo, recipe.generation_batch_per_process)
     assert os.environ["VLLM_CPU_KVCACHE_SPACE"] == "3"
     user_sized = {t.name: t for t in memory_plan(recipe, arch, "cpu", 24 * 2**30).terms}
     assert user_sized["vLLM KV cache"].bytes == 3 * 2**30

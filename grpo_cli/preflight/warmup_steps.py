@@ -32,7 +32,7 @@ def time_warmup(recipe: Recipe, work: Path, steps: int = 2, show=lambda text, ne
 
     warm = recipe.warmup
     note = ""
-    examples = training_examples(recipe)
+    examples = training_examples(recipe.warmup, recipe.data, recipe.tools, recipe.training.seed)
     if warm.source == SELF:  # `self`: sampling is not timed here; its examples are the model's own, as long as these
         examples = reference_examples(recipe.data, warm.count, recipe.training.seed, recipe.tools)
         note = "self: the sampling before it is not timed; steps timed on reference solutions of the same prompts"

@@ -76,7 +76,7 @@ def train(
     run_dir = recipe.output_dir
     # soft_wrap: each warning stays one line in a log file (the terminal still wraps it for the eye).
     warn = partial(console.print, style="yellow", highlight=False, soft_wrap=True)
-    reward_funcs = guarded_rewards(recipe, warn=warn)
+    reward_funcs = guarded_rewards(recipe.rewards, recipe.model, recipe.tools, recipe.environment, warn=warn)
     console.print(
         f"[bold]grpo train[/] {recipe.run_name}: {recipe.method} on {recipe.model.name} "
         f"({precision_here(recipe.model).label(recipe.method)}) -> {run_dir}"

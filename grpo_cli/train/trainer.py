@@ -7,7 +7,8 @@ from pathlib import Path
 
 from grpo_cli.progress import quiet_libraries
 from grpo_cli.recipe.precision import Precision, precision_here
-from grpo_cli.recipe.schema import Recipe
+from grpo_cli.recipe.schema import ModelSection, Recipe
+from grpo_cli.recipe.user_code import EnvironmentSpec, RewardSpec, ToolSpec
 
 
 def build_trainer(
@@ -46,7 +47,9 @@ def build_trainer(
         from grpo_cli.train.vllm_cpu import cpu_engine_settings, prepare_environment
 
         seams.check_weight_sync()  # before any weight loads (preflight comes here without grpo train's runtime check)
-        prepare_environment(recipe)  # before TRL builds the engine inside the trainer
+        prepare_environment(
+            recipe.model, recipe.data, recipe.grpo, recipe.generation_batch_per_process
+        )  # before TRL builds the engine inside the trainer
         engine_settings = cpu_engine_settings(precision.inference_dtype)
     model = load_policy(recipe, precision)
     peft_config = models.lora_config(recipe.lora) if recipe.lora is not None else None
@@ -57,7 +60,9 @@ def build_trainer(
     with engine_settings:  # TRL starts a colocated vLLM engine inside the constructor
         trainer = RecipeTrainer(
             model=model,
-            reward_funcs=guarded_rewards(recipe) if reward_funcs is None else reward_funcs,
+            reward_funcs=guarded_rewards(recipe.rewards, recipe.model, recipe.tools, recipe.environment)
+            if reward_funcs is None
+            else reward_funcs,
             args=GRPOConfig(**grpo_config_kwargs(recipe, run_dir, on_cpu=precision.on_cpu, mixed=precision.mixed)),
             train_dataset=prepared.dataset,
             processing_class=tokenizer,
@@ -90,19 +95,26 @@ def load_policy(recipe: Recipe, precision: Precision):
     return models.load_model(recipe.model, recipe.quantization, frozen)
 
 
-def guarded_rewards(recipe: Recipe, warn=print) -> list:
-    """The recipe's rewards, each behind a guard; the first also keeps the samples written to samples.jsonl."""
+def guarded_rewards(
+    rewards: list[RewardSpec],
+    model: ModelSection,
+    tools: list[ToolSpec],
+    environment: EnvironmentSpec | None,
+    warn=print,
+) -> list:
+    """`rewards:`, each behind a guard; the first also keeps the samples written to samples.jsonl, with the names of
+    the run's tools (a completion that calls one is told apart). `model`: the policy's section, which a judge may be."""
     from grpo_cli.model_rewards.build import reward_functions
     from grpo_cli.reward_guard import GuardedReward
 
     names = None
-    if recipe.tools or recipe.environment is not None:
+    if tools or environment is not None:
         from grpo_cli.tools.registry import tool_names
 
-        names = tool_names(recipe.tools, recipe.environment)
+        names = tool_names(tools, environment)
     return [
         GuardedReward(
             func, spec.timeout_s, warn, record=index == 0, tool_names=names if index == 0 else None, label=spec.name
         )
-        for index, (func, spec) in enumerate(zip(reward_functions(recipe.rewards, recipe.model), recipe.rewards))
+        for index, (func, spec) in enumerate(zip(reward_functions(rewards, model), rewards))
     ]

@@ -24,21 +24,20 @@ base (no error, no change).
 from __future__ import annotations
 
 from grpo_cli.libraries import seams
-from grpo_cli.recipe.schema import Recipe
+from grpo_cli.recipe.schema import DataSection, GRPOSection, ModelSection
 
 
-def prepare_environment(recipe: Recipe) -> None:
+def prepare_environment(model: ModelSection, data: DataSection, grpo: GRPOSection, sequences: int) -> None:
     """Set vLLM's settings for this process before TRL builds the engine (a user's own KV cache size is kept): the
-    dtype training multiplies in, and the KV cache `grpo plan` counts for the generation batch (plan/vllm_memory.py)."""
+    dtype training multiplies in, and the KV cache `grpo plan` counts for `sequences` (the generation batch of one
+    process) at the data's and grpo's lengths (plan/vllm_memory.py)."""
     from grpo_cli.libraries.vllm_settings import engine_settings
     from grpo_cli.plan import architectures
     from grpo_cli.plan.vllm_memory import kv_cache_space_gib
     from grpo_cli.recipe.precision import precision_here
 
-    kv = kv_cache_space_gib(
-        architectures.resolve(recipe.model), recipe.data, recipe.grpo, recipe.generation_batch_per_process
-    )
-    engine_settings(precision_here(recipe.model, on_cpu=True).inference_dtype, on_gpu=False, kv_gib=kv)
+    kv = kv_cache_space_gib(architectures.resolve(model), data, grpo, sequences)
+    engine_settings(precision_here(model, on_cpu=True).inference_dtype, on_gpu=False, kv_gib=kv)
 
 
 def cpu_engine_settings(dtype: str):

@@ -49,7 +49,7 @@ def early_examples(recipe: Recipe, resume: bool) -> WarmupExamples | None:
     folder = recipe.output_dir / WARMUP_DIR
     if (folder / FINAL_DIR).is_dir() or (resume and (folder / WARMUP_EXAMPLES_FILE).is_file()):
         return None
-    return training_examples(recipe)
+    return training_examples(recipe.warmup, recipe.data, recipe.tools, recipe.training.seed)
 
 
 def run_warmup(recipe: Recipe, console: Console, resume: bool, early: WarmupExamples | None) -> WarmupOutcome:
@@ -70,7 +70,11 @@ def run_warmup(recipe: Recipe, console: Console, resume: bool, early: WarmupExam
     setup = warmup_setup(recipe)
 
     def fresh() -> WarmupExamples:  # read before anything was written, else now, else sampled from the model
-        examples = early if early is not None else training_examples(recipe)
+        examples = (
+            early
+            if early is not None
+            else training_examples(recipe.warmup, recipe.data, recipe.tools, recipe.training.seed)
+        )
         if examples is not None:
             return examples
         from grpo_cli.train.warmup_sampling import sampled_examples

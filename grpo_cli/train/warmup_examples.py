@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from grpo_cli.errors import UserError
-from grpo_cli.recipe.schema import DataSection, Recipe, ToolSpec
+from grpo_cli.recipe.schema import DataSection, ToolSpec
 from grpo_cli.recipe.warmup_section import REFERENCE, SELF, WarmupSection
 
 # GSM8K's calculator annotations (`<<48/2=24>>`): tool traces of the annotators, not text a model should learn.
@@ -48,13 +48,15 @@ class WarmupExamples:
         return f"{len(self.rows)} examples from {s.get('source')}{dropped}"
 
 
-def training_examples(recipe: Recipe) -> WarmupExamples | None:
-    """The examples of a file, hub dataset or the reference solutions; None for `self` (it needs the model)."""
-    warm = recipe.warmup
+def training_examples(
+    warm: WarmupSection, data: DataSection, tools: list[ToolSpec], seed: int
+) -> WarmupExamples | None:
+    """The examples of a file, hub dataset or the reference solutions of `data` (drawn as training draws them with
+    `seed`, as tool traces when there are `tools`); None for `self` (it needs the model)."""
     if warm.source == SELF:
         return None
     if warm.source == REFERENCE:
-        return reference_examples(recipe.data, warm.count, recipe.training.seed, recipe.tools)
+        return reference_examples(data, warm.count, seed, tools)
     return dataset_examples(warm)
 
 

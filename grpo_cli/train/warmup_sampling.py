@@ -6,7 +6,8 @@ from __future__ import annotations
 
 from grpo_cli.errors import UserError
 from grpo_cli.generation.policy_sampler import PolicySampler, with_end
-from grpo_cli.recipe.schema import Recipe
+from grpo_cli.recipe.schema import ModelSection, Recipe
+from grpo_cli.recipe.user_code import RewardSpec
 from grpo_cli.recipe.warmup_section import SELF
 from grpo_cli.train.frozen_weights import AUTOCAST_DTYPES
 from grpo_cli.train.warmup_examples import WarmupExamples, as_completion, with_marker
@@ -27,7 +28,7 @@ def sampled_examples(recipe: Recipe, model, tokenizer, mixed: str, echo=print) -
     rows = rows[: warm.count] if warm.count else rows
     questions = [row[data.prompt_column] for row in rows]  # text, or a conversation's turns
     golds = [_gold(row[data.answer_column], data) for row in rows]
-    reward = _reward(recipe)
+    reward = _reward(recipe.rewards, warm.reward, recipe.model)
     k = warm.samples_per_prompt
     per_call = max(1, SAMPLE_BATCH // k)
     kept, marked = [], 0
@@ -85,14 +86,15 @@ def _prompt(question: str, data):
     return build_prompt(question, data.system_prompt, data.chat)
 
 
-def _reward(recipe: Recipe):
-    """The named reward of the recipe, behind the same guard as in training (time limit, bad return values)."""
+def _reward(rewards: list[RewardSpec], name: str, model: ModelSection):
+    """The reward named `name` (warmup.reward) of `rewards`, behind the same guard as in training (time limit, bad
+    return values); `model`: the policy's section, which a judge may be."""
     from grpo_cli.model_rewards.build import reward_functions
     from grpo_cli.reward_guard import GuardedReward
 
-    index = next(i for i, s in enumerate(recipe.rewards) if s.name == recipe.warmup.reward)
-    spec = recipe.rewards[index]
-    return GuardedReward(reward_functions(recipe.rewards, recipe.model)[index], spec.timeout_s, label=spec.name)
+    index = next(i for i, s in enumerate(rewards) if s.name == name)
+    spec = rewards[index]
+    return GuardedReward(reward_functions(rewards, model)[index], spec.timeout_s, label=spec.name)
 
 
 def _generate(sampler: PolicySampler, prompts: list, k: int):
