@@ -19,7 +19,7 @@ from grpo_cli.errors import UserError
 from grpo_cli.plan import architectures
 from grpo_cli.plan.memory import memory_plan
 from grpo_cli.recipe.validation import load_recipe
-from grpo_cli.train.distributed import launch_command, write_accelerate_config
+from grpo_cli.train.distributed import close_process_group, launch_command, write_accelerate_config
 
 pytestmark = pytest.mark.slow  # real training steps: `pytest -m 'not slow'` skips them in an inner loop
 
@@ -151,6 +151,17 @@ def test_two_cpu_processes_ddp_over_gloo(tmp_path, tiny_llama, zero_variance):
     before = load_file(tiny_llama / "model.safetensors")
     after = load_file(run_dir / "final" / "model.safetensors")
     assert any(not torch.equal(before[k], after[k]) for k in before if k in after)
+
+
+def test_a_finished_rank_closes_its_process_group(tmp_path):
+    """What each launched rank does after training: the gloo group is destroyed before the interpreter exits."""
+    import torch.distributed as dist
+
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'store'}", rank=0, world_size=1)
+    assert dist.is_initialized()
+    close_process_group()
+    assert not dist.is_initialized()
+    close_process_group()  # and nothing to do where no group was started
 
 
 def test_zero_without_deepspeed_is_one_clear_line(tmp_path, tiny_llama):

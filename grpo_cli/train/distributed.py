@@ -29,6 +29,18 @@ def process_rank() -> int:
     return int(os.environ.get("RANK", "0"))
 
 
+def close_process_group() -> None:
+    """A finished rank waits for the others, then closes its process group while the interpreter is still whole.
+    Left open, gloo's worker threads may still hold tensors when Python finalizes, and the rank can abort after a
+    finished run ("terminate called without an active exception", SIGABRT; pytorch/pytorch#190489), which fails the
+    whole launch: seen once in CI, on both DDP tests, after both ranks had saved."""
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        dist.barrier()
+        dist.destroy_process_group()
+
+
 def wants_launch(d: DistributedSection) -> bool:
     return not is_launched_rank() and (d.num_processes > 1 or d.accelerate_config is not None)
 

@@ -51,6 +51,8 @@ def run(
         except KeyboardInterrupt:  # before the first step (loading) or a second Ctrl-C: nothing to save
             echo("interrupted")
             return 130
+        if distributed.is_launched_rank():
+            distributed.close_process_group()
     return 130 if result.interrupted else 0
 
 
