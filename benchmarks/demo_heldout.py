@@ -11,6 +11,9 @@ validates, and base against trained accuracy on the held-out problems with the p
 temperature 1.0 (mean@N, pass@N). Each side's most common completion and its share show a collapse to one answer.
 
     python benchmarks/demo_heldout.py --recipes demo,demo_task --seeds 42 --samples 4 --log benchmarks/demo_heldout.txt
+
+`--set KEY=VALUE` (repeatable) overrides the recipe in training and evaluation alike, for example
+`--set model.mixed_precision=no` to train in float32 as a CPU without AVX512-BF16 does.
 """
 
 from __future__ import annotations
@@ -43,8 +46,19 @@ def machine() -> str:
     ]
     cpu = names[0] if names else platform.processor()
     versions = ", ".join(f"{p} {version(p)}" for p in ("grpo-cli", "torch", "transformers", "trl", "peft"))
+    flags = next((line for line in Path("/proc/cpuinfo").read_text().splitlines() if line.startswith("flags")), "")
+    bf16 = "with" if "avx512_bf16" in flags.split() else "without"
+    # The instruction sets the libraries may use, where they are capped (a CPU without AVX512 emulated on one with).
+    caps = [
+        f"{k}={os.environ[k]}"
+        for k in ("ATEN_CPU_CAPABILITY", "ONEDNN_MAX_CPU_ISA", "MKL_ENABLE_INSTRUCTIONS")
+        if k in os.environ
+    ]
     threads = os.environ.get("OMP_NUM_THREADS", "unset")
-    return f"{cpu}, {os.cpu_count()} cores, OMP_NUM_THREADS={threads}; {versions}"
+    return (
+        f"{cpu} ({bf16} AVX512-BF16{'; ' + ', '.join(caps) if caps else ''}), {os.cpu_count()} cores, "
+        f"OMP_NUM_THREADS={threads}; {versions}"
+    )
 
 
 def load() -> str:
@@ -135,6 +149,7 @@ def main() -> None:
     )
     parser.add_argument("--log", default=str(ROOT / "benchmarks" / "demo_heldout.txt"))
     parser.add_argument("--samples", type=int, default=0, help="also compare mean@N at temperature 1.0")
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="a recipe override")
     args = parser.parse_args()
     log = Path(args.log)
     command = "python benchmarks/demo_heldout.py " + " ".join(sys.argv[1:])
@@ -151,16 +166,16 @@ def main() -> None:
             run = Path(args.runs) / f"{name}-s{seed}"
             shutil.rmtree(run, ignore_errors=True)
             recipe = ROOT / "recipes" / f"{name}.yaml"
-            wall = grpo("train", str(recipe), f"training.seed={seed}", f"training.output_dir={run}")
+            wall = grpo("train", str(recipe), f"training.seed={seed}", f"training.output_dir={run}", *args.set)
             rows = [json.loads(line) for line in (run / METRICS_FILE).read_text().splitlines()]
             folder = run / "heldout"
             reuse = ["--base", str(base)] if base else []
-            eval_wall = grpo("eval", "--compare", str(run), *reuse, "--output", str(folder))
+            eval_wall = grpo("eval", "--compare", str(run), *reuse, "--output", str(folder), *args.set)
             base = base or folder / "base"
             sampled = run / "heldout_sampled"
             if args.samples:
                 sampling = ["--samples", str(args.samples), "--temperature", "1.0"]
-                grpo("eval", "--compare", str(run), *sampling, "--output", str(sampled))
+                grpo("eval", "--compare", str(run), *sampling, "--output", str(sampled), *args.set)
             lines = [
                 f"recipes/{name}.yaml seed {seed}: train {wall:.0f} s, compare {eval_wall:.0f} s, "
                 f"load average after: {load()}",
