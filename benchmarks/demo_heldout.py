@@ -120,9 +120,10 @@ def comparison_lines(folder: Path) -> list[str]:
             )
     for label in ("base", "trained"):
         b = comparison[f"{label}_behaviour"]
+        # comparison.json names each side's folder: a reused base (--base) lies in the first seed's folder.
         lines.append(
             f"    {label}: mean new tokens {b['mean_new_tokens']:.1f}, cut at the budget {b['cut_rate']:.2f}, "
-            f"{most_common_answer(folder / label)}"
+            f"{most_common_answer(Path(comparison[label]))}"
         )
     return lines
 
