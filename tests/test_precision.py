@@ -19,8 +19,24 @@ def test_cpu_bf16_is_read_from_the_cpu_flags(tmp_path):
     zen4, older = tmp_path / "zen4", tmp_path / "older"
     zen4.write_text("processor\t: 0\nflags\t\t: fpu sse2 avx2 avx512f avx512_bf16 avx512_vnni\n")
     older.write_text("processor\t: 0\nflags\t\t: fpu sse2 avx2 avx512f avx512_vnni\n")
-    assert cpu_computes_bf16(zen4) and not cpu_computes_bf16(older)
-    assert not cpu_computes_bf16(tmp_path / "missing")
+    assert cpu_computes_bf16(zen4, environ={}) and not cpu_computes_bf16(older, environ={})
+    assert not cpu_computes_bf16(tmp_path / "missing", environ={})
+
+
+@pytest.mark.parametrize(
+    "caps, native",
+    [
+        ({"ONEDNN_MAX_CPU_ISA": "AVX2"}, False),
+        ({"ATEN_CPU_CAPABILITY": "avx2"}, False),
+        ({"ONEDNN_MAX_CPU_ISA": "AVX512_CORE_VNNI"}, False),
+        ({"ONEDNN_MAX_CPU_ISA": "AVX512_CORE_BF16"}, True),
+        ({"ONEDNN_MAX_CPU_ISA": "ALL", "ATEN_CPU_CAPABILITY": "avx512"}, True),
+    ],
+)
+def test_an_instruction_set_cap_below_bf16_keeps_float32(tmp_path, caps, native):
+    zen4 = tmp_path / "zen4"
+    zen4.write_text("processor\t: 0\nflags\t\t: fpu sse2 avx2 avx512f avx512_bf16 avx512_vnni\n")
+    assert cpu_computes_bf16(zen4, environ=caps) is native
 
 
 @pytest.mark.parametrize(

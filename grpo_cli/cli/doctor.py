@@ -194,14 +194,15 @@ def vllm_range_check() -> Check:
 
 def hardware_checks() -> list[Check]:
     from grpo_cli.plan.gpus import available_ram
-    from grpo_cli.recipe.precision import NATIVE_BF16_CPU_FLAGS, cpu_computes_bf16
+    from grpo_cli.recipe.precision import NATIVE_BF16_CPU_FLAGS, cpu_computes_bf16, isa_capped_below_bf16
 
     flags = " or ".join(sorted(NATIVE_BF16_CPU_FLAGS))
-    bf16 = (
-        f"bfloat16 in hardware ({flags}): `auto` precision trains in bf16 here"
-        if cpu_computes_bf16()
-        else f"no {flags}: `auto` precision trains in float32 on this CPU"
-    )
+    if cpu_computes_bf16():
+        bf16 = f"bfloat16 in hardware ({flags}): `auto` precision trains in bf16 here"
+    elif isa_capped_below_bf16():
+        bf16 = "ONEDNN_MAX_CPU_ISA or ATEN_CPU_CAPABILITY caps the kernels below bfloat16: `auto` trains in float32"
+    else:
+        bf16 = f"no {flags}: `auto` precision trains in float32 on this CPU"
     checks = [Check("cpu", INFO, f"{_cpu_model()}, {os.cpu_count()} cores; {bf16}")]
     total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") if hasattr(os, "sysconf") else None
     available = available_ram()

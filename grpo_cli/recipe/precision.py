@@ -9,6 +9,8 @@ CPU without it, oneDNN emulates bfloat16 and a step is several times slower than
 
 from __future__ import annotations
 
+import os
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -20,8 +22,25 @@ NATIVE_BF16_CPU_FLAGS = frozenset({"avx512_bf16", "amx_bf16"})
 BY_WEIGHTS = {"bfloat16": "bf16", "float16": "fp16"}
 
 
-def cpu_computes_bf16(cpuinfo: Path = Path("/proc/cpuinfo")) -> bool:
-    """True when the CPU has bfloat16 dot-product instructions (Linux x86; elsewhere False, so float32 stays)."""
+# Instruction-set caps a user (or a benchmark standing in for an older CPU) can set: below AVX512-BF16, oneDNN and
+# ATen emulate bfloat16 even where the CPU has it, so `auto` must not pick it.
+ONEDNN_ISAS_WITH_BF16 = ("BF16", "AMX", "AVX10", "ALL", "DEFAULT")
+ATEN_CAPS_WITHOUT_AVX512 = ("default", "avx2")
+
+
+def isa_capped_below_bf16(environ: Mapping[str, str] = os.environ) -> bool:
+    """True when ONEDNN_MAX_CPU_ISA or ATEN_CPU_CAPABILITY caps the libraries below bfloat16 dot products."""
+    onednn = environ.get("ONEDNN_MAX_CPU_ISA", "").upper()
+    if onednn and not any(name in onednn for name in ONEDNN_ISAS_WITH_BF16):
+        return True
+    return environ.get("ATEN_CPU_CAPABILITY", "").lower() in ATEN_CAPS_WITHOUT_AVX512
+
+
+def cpu_computes_bf16(cpuinfo: Path = Path("/proc/cpuinfo"), environ: Mapping[str, str] = os.environ) -> bool:
+    """True when the CPU has bfloat16 dot-product instructions and no cap hides them (Linux x86; elsewhere False, so
+    float32 stays)."""
+    if isa_capped_below_bf16(environ):
+        return False
     try:
         with cpuinfo.open(encoding="utf-8", errors="replace") as fh:
             for line in fh:
