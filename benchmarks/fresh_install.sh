@@ -3,7 +3,7 @@
 # seconds until pip is done and until the demo's first training step; then the run is stopped.
 #   bash benchmarks/fresh_install.sh
 set -euo pipefail
-. "$(dirname "$0")/fresh_clone.sh"
+. "$(dirname "$0")/fresh_clone_env.sh"
 command=$(awk '/^```bash$/{getline; print; exit}' README.md)
 echo "README command 1: $command"
 start=$(date +%s.%N)

@@ -6,7 +6,7 @@
 #   bash benchmarks/suite_loop.sh [N]        # N defaults to 10
 set -euo pipefail
 runs=${1:-10}
-. "$(dirname "$0")/fresh_clone.sh"
+. "$(dirname "$0")/fresh_clone_env.sh"
 out="$root/benchmarks/suite_loop.txt"
 command=$(awk '/^```bash$/{n++} n==2{getline; print; exit}' README.md)
 tests=${command##*&& }  # the test part of the command: "python -m pytest -q"

@@ -11,6 +11,9 @@ import pytest
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+# Under pytest-xdist each worker takes one core: two workers with a thread pool per core each would fight over them.
+if "PYTEST_XDIST_WORKER" in os.environ:
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
 # trackio reads TRACKIO_DIR once, when TRL first imports it: set before any import, so a test run writes its trackio
 # database here, never into ~/.cache/huggingface/trackio (removed when the session ends).
 TRACKIO_DIR = Path(tempfile.gettempdir()) / f"grpo-tests-trackio-{os.getpid()}"
@@ -22,6 +25,41 @@ ROOT = Path(__file__).resolve().parent.parent
 
 def pytest_sessionfinish(session, exitstatus):
     shutil.rmtree(TRACKIO_DIR, ignore_errors=True)
+
+
+def pytest_xdist_auto_num_workers(config) -> int:
+    """`-n auto` (pyproject's addopts): one worker per core, at most one per 3 GiB of memory (a worker peaks near
+    1.5 GiB) and at most 8; each worker runs torch on one thread (above)."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") if hasattr(os, "sysconf") else 2**34
+    return max(1, min(cores, memory // (3 * 2**30), 8))
+
+
+def pytest_itemcollected(item):
+    """Under pytest-xdist (`--dist loadgroup`): tests that share an expensive fixture run on one worker, so it is
+    built once. Marked as each test is collected, before xdist reads the groups."""
+    group = shared_fixture_group(item) if "PYTEST_XDIST_WORKER" in os.environ else None
+    if group:
+        item.add_marker(pytest.mark.xdist_group(group))
+
+
+def pytest_collection_modifyitems(config, items):
+    """Under pytest-xdist, tests that train are handed out first, so a long one never starts last while the other
+    workers idle."""
+    if "PYTEST_XDIST_WORKER" in os.environ:
+        items.sort(key=lambda item: item.get_closest_marker("slow") is None)  # stable: collection order otherwise
+
+
+def shared_fixture_group(item) -> str | None:
+    """The tool model (trained for a minute) or a module-scoped fixture: what a worker should build only once."""
+    if "tool_model" in item.fixturenames:
+        return "tool_model"
+    definitions = getattr(item, "_fixtureinfo", None)
+    for name in item.fixturenames:
+        for definition in definitions.name2fixturedefs.get(name, ()) if definitions else ():
+            if definition.scope == "module":
+                return item.module.__name__
+    return None
 
 
 def pytest_runtest_setup(item):
@@ -59,11 +97,25 @@ def tiny_qwen2(tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="session")
-def tool_model(tmp_path_factory) -> Path:
-    """A tiny model with a tool-capable template that calls the calculator on some problems (tests/tool_models.py)."""
-    from tool_models import build_tool_model
+def tool_model(request, tmp_path_factory) -> Path:
+    """A tiny model with a tool-capable template that calls the calculator on some problems (tests/tool_models.py).
+    Its supervised steps take most of a minute, so it is kept in pytest's cache (`.pytest_cache/`) under a key of
+    the code and library versions that make it; `--cache-clear` builds it anew. Tests only read it."""
+    from tool_models import build_tool_model, fingerprint
 
-    return build_tool_model(tmp_path_factory.mktemp("tiny-tool-model"))
+    cache = getattr(request.config, "cache", None)  # None under `-p no:cacheprovider`
+    if cache is None:
+        return build_tool_model(tmp_path_factory.mktemp("tiny-tool-model"))
+    kept = cache.mkdir("tool-model") / fingerprint()
+    if not kept.is_dir():
+        built = build_tool_model(tmp_path_factory.mktemp("tiny-tool-model"))
+        staged = kept.with_name(f"{kept.name}.{os.getpid()}")
+        shutil.copytree(built, staged)
+        try:
+            staged.rename(kept)  # whole or absent: a concurrent run may have kept its own copy first
+        except OSError:
+            shutil.rmtree(staged, ignore_errors=True)
+    return kept
 
 
 @pytest.fixture(scope="session")
