@@ -200,7 +200,7 @@ def hardware_checks() -> list[Check]:
     if cpu_computes_bf16():
         bf16 = f"bfloat16 in hardware ({flags}): `auto` precision trains in bf16 here"
     elif isa_capped_below_bf16():
-        bf16 = "ONEDNN_MAX_CPU_ISA or ATEN_CPU_CAPABILITY caps the kernels below bfloat16: `auto` trains in float32"
+        bf16 = f"{flags} capped off by ONEDNN_MAX_CPU_ISA or ATEN_CPU_CAPABILITY: `auto` precision trains in float32"
     else:
         bf16 = f"no {flags}: `auto` precision trains in float32 on this CPU"
     checks = [Check("cpu", INFO, f"{_cpu_model()}, {os.cpu_count()} cores; {bf16}")]
