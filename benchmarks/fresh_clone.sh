@@ -9,8 +9,10 @@
 #   bash benchmarks/fresh_clone.sh demo           # README command 1: install, then the demo
 #   bash benchmarks/fresh_clone.sh tests --avx2   # the same with the instruction set capped to AVX2 (the common
 #                                                 # laptop): ATEN_CPU_CAPABILITY, ONEDNN_MAX_CPU_ISA, MKL's
+#   bash benchmarks/fresh_clone.sh inner          # the edit-test loop: README command 2's install untimed, then
+#                                                 # `python -m pytest -q -m "not slow"` timed
 set -euo pipefail
-which=${1:?"tests or demo"}
+which=${1:?"tests, demo or inner"}
 caps=none
 if [[ ${2:-} == --avx2 ]]; then
   export ATEN_CPU_CAPABILITY=avx2 ONEDNN_MAX_CPU_ISA=AVX2 MKL_ENABLE_INSTRUCTIONS=AVX2
@@ -18,8 +20,8 @@ if [[ ${2:-} == --avx2 ]]; then
 fi
 case $which in
   demo) number=1 ;;
-  tests) number=2 ;;
-  *) echo "tests or demo, not $which" >&2; exit 2 ;;
+  tests | inner) number=2 ;;
+  *) echo "tests, demo or inner, not $which" >&2; exit 2 ;;
 esac
 . "$(dirname "$0")/fresh_clone_env.sh"
 out="$root/benchmarks/fresh_clone.txt"
@@ -28,13 +30,18 @@ command=$(awk -v n="$number" '/^```bash$/{k++; if (k == n) {getline; print; exit
 cpu=$(lscpu | awk -F: '/^Model name/{gsub(/^ +/, "", $2); print $2}')
 flags=$(grep -o -w -E 'avx512_bf16|amx_bf16|avx512f|avx2' /proc/cpuinfo | sort -u | tr '\n' ' ' | xargs)
 echo "README command $number: $command"
+if [[ $which == inner ]]; then
+  bash -c "${command%% && python -m pytest*}" > "$work/install.log" 2>&1
+  command='python -m pytest -q -m "not slow"'
+  echo "installed; timed: $command"
+fi
 start=$(date +%s.%N)
 status=0
 /usr/bin/time -f "%M" -o "$work/rss" bash -c "$command" > "$work/run.log" 2>&1 || status=$?
 seconds=$(printf "%.0f" "$(echo "$(date +%s.%N) - $start" | bc)")
 # /usr/bin/time reports the largest of the command's processes (it waits for them all), in KiB.
 rss_gb=$(awk 'END {printf "%.2f", $1 / 1048576}' "$work/rss")
-if [[ $which == tests ]]; then
+if [[ $which != demo ]]; then
   summary=$(grep -E "^(=+ )?[0-9]+ (passed|failed)" "$work/run.log" | tail -1 | tr -d '=' | xargs || true)
 else
   summary=$(grep -E "^ *step [0-9]+/" "$work/run.log" | tail -1 | xargs || true)
