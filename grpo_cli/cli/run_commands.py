@@ -121,18 +121,29 @@ def evaluate(
         print_outcome(console, outcome)
 
 
-@app.command(epilog=examples("grpo report runs/demo", "grpo report runs/demo --output demo.png"))
+@app.command(
+    epilog=examples(
+        "grpo report runs/demo", "grpo report runs/demo --output demo.png", "grpo report trl_out/checkpoint-500"
+    )
+)
 def report(
-    run_dir: RunDirArg,
+    run_dir: Annotated[
+        Path, typer.Argument(help="Run directory of `grpo train`, or a folder with TRL's trainer_state.json.")
+    ],
     output: Annotated[
         Path | None, typer.Option("--output", "-o", help="PNG path (default RUN_DIR/report.png).")
     ] = None,
 ) -> None:
-    """Plot a run's reward (total and per reward), KL and completion length against step."""
-    from grpo_cli.runs.report import plot_run
+    """Plot a run's reward (total and per reward), KL and completion length against step, and list the health
+    signatures it shows (docs/health.md): a run that stopped learning or started gaming, and what to change."""
+    from grpo_cli.runs.report import report_run
 
     with user_errors():
-        written = plot_run(run_dir, output, warn=lambda line: typer.echo(line, err=True))
+        written, alarms = report_run(run_dir, output, warn=lambda line: typer.echo(line, err=True))
+    for alarm in alarms or []:
+        typer.echo(alarm.line())
+    if alarms is not None:
+        typer.echo(f"health: {len(alarms)} signature(s) sounded" if alarms else "health: no signature sounded")
     typer.echo(f"wrote {written}")
 
 

@@ -1,8 +1,5 @@
-"""The recipe schema: one typed `Recipe` that every command receives.
-
-Loading never imports torch or trl (so `grpo validate` stays fast), except to check a `trl:` passthrough
-section against `GRPOConfig` itself.
-"""
+"""The recipe schema: one typed `Recipe` that every command receives. Loading never imports torch or trl (so
+`grpo validate` stays fast), except to check a `trl:` passthrough section against `GRPOConfig` itself."""
 
 from __future__ import annotations
 
@@ -13,6 +10,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BeforeValidator, Field, PrivateAttr, field_validator
 
 from grpo_cli.recipe.eval_section import EvalSection
+from grpo_cli.recipe.health_section import HealthSection
 from grpo_cli.recipe.machine import ArchitectureSection, DistributedSection, HardwareSection
 from grpo_cli.recipe.section import Section
 from grpo_cli.recipe.user_code import EnvironmentSpec, RewardSpec, ToolSpec
@@ -211,6 +209,7 @@ class TrainingSection(Section):
         description="Trackers to log to (tensorboard, trackio, wandb, ...); none, or all that are installed.",
     )
     log_completions: int = Field(4, ge=0, description="Sample completions saved per logging step.")
+    health: HealthSection = Field(default_factory=HealthSection, description="The health watch; docs/health.md.")
 
 
 class Recipe(Section):

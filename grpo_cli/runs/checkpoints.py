@@ -19,6 +19,7 @@ from grpo_cli.runs.layout import (
     RECIPE_CHANGES_FILE,
     RECIPE_FILE,
     SAMPLES_FILE,
+    TRAINER_STATE_FILE,
     WARMUP_DIR,
     checkpoint_step,
     checkpoints,
@@ -29,7 +30,7 @@ from grpo_cli.runs.weight_files import cut_short_weights
 def checkpoint_problem(folder: Path) -> str | None:
     """Why a checkpoint cannot be resumed from (an interrupted save, a damaged file), or None when it is whole."""
     # The Trainer writes trainer_state.json after the weights, optimizer and RNG states: without it the save stopped.
-    state = folder / "trainer_state.json"
+    state = folder / TRAINER_STATE_FILE
     if not state.is_file():
         return "no trainer_state.json (its save was interrupted)"
     try:

@@ -18,6 +18,7 @@ EVAL_DIR = "eval"  # `grpo eval --run/--compare` of this run: EVAL_DIR/<protocol
 ACCELERATE_CONFIG_FILE = "accelerate_config.yaml"  # generated for several processes
 RANK_RECIPE_FILE = "launch_recipe.yaml"  # the resolved recipe (file + overrides) every launched rank loads
 TRL_LOGS_DIR = "runs"  # TRL's TensorBoard logs, when training.report_to names it
+TRAINER_STATE_FILE = "trainer_state.json"  # the Trainer's, in each checkpoint: `grpo report` reads a plain TRL run's
 CHECKPOINT = re.compile(r"^checkpoint-(\d+)$")
 # The warm-up before GRPO (`warmup:`): a run directory of its own inside the run (RECIPE_FILE, METRICS_FILE,
 # checkpoints, FINAL_DIR), so `grpo eval --run RUN/warmup` and `grpo report RUN/warmup` read it like any run.

@@ -11,7 +11,9 @@ from pathlib import Path
 from typing import Any
 
 from grpo_cli.files import read_jsonl
+from grpo_cli.recipe.health_section import HealthSection
 from grpo_cli.recipe.schema import DataSection, LoraSection, QuantizationSection, Recipe
+from grpo_cli.recipe.user_code import RewardSpec
 from grpo_cli.recipe.warmup_section import WarmupSection
 from grpo_cli.runs.layout import (
     CARD_FILE,
@@ -69,6 +71,7 @@ def write_model_card(run_dir: Path, recipe: Recipe) -> Path:
     validation = best_line(logged)
     if validation:  # `validation:`: greedy accuracy on a held-out slice during training
         lines += ["", "## Validation while training", "", validation + "."]
+    lines += _health(logged, training.health, recipe.rewards, recipe.generation_batch_size // grpo.num_generations)
     lines += _evaluations(run_dir)
     lines += _usage(run_dir, model.name, recipe.lora, recipe.run_name)
     text = "\n".join(lines)
@@ -77,6 +80,18 @@ def write_model_card(run_dir: Path, recipe: Recipe) -> Path:
     if (run_dir / FINAL_DIR).is_dir():
         (run_dir / FINAL_DIR / CARD_FILE).write_text(text, encoding="utf-8")
     return path
+
+
+def _health(logged: list[dict], settings: HealthSection, rewards: list[RewardSpec], groups: int) -> list[str]:
+    """The health watch's signatures over the run (runs/health.py), each with what it means and what to change."""
+    from grpo_cli.runs.health import diagnose
+    from grpo_cli.runs.run_health import watch_args
+
+    if not training_rows(logged):
+        return []
+    alarms = diagnose(logged, **watch_args(settings, rewards, groups))
+    body = [f"- {alarm.line().removeprefix('health: ')}" for alarm in alarms] or ["No signature sounded."]
+    return ["", "## Health", "", *body]
 
 
 def _summary(run_dir: Path, method: str, model_name: str, loss_type: str, metrics: list[dict]) -> str:

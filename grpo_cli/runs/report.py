@@ -1,5 +1,6 @@
-"""`grpo report`: reward (with the held-out validation accuracy beside it, and a cross where validation flagged a
-shortcut), KL and completion-length curves of a run as one PNG."""
+"""`grpo report`: reward (with the held-out validation accuracy beside it, a cross where validation flagged a
+shortcut, and a dotted line where a health signature started), KL and completion-length curves of a run as one PNG.
+It reads a grpo run directory, or a plain TRL run's trainer_state.json."""
 
 from __future__ import annotations
 
@@ -7,14 +8,19 @@ from pathlib import Path
 
 from grpo_cli.errors import UserError
 from grpo_cli.files import check_writable_file, read_jsonl
+from grpo_cli.runs.health import Alarm
 from grpo_cli.runs.layout import METRICS_FILE, REPORT_FILE, WARMUP_DIR, reward_keys
+from grpo_cli.runs.run_health import is_trl_run, run_alarms, trainer_state_rows
 from grpo_cli.runs.validation_curve import PREFIX, accuracy_keys, shortcut_points
 
 TOOL_KEYS = ("tools/call_frequency", "tools/failure_frequency", "tools/malformed_frequency")
 
 
 def read_metrics(run_dir: Path, warn=None) -> list[dict]:
-    """The logged steps; lines a killed run leaves (cut short, stray, without `step`) are skipped and `warn`ed."""
+    """The logged steps; lines a killed run leaves (cut short, stray, without `step`) are skipped and `warn`ed. A
+    folder TRL wrote (trainer_state.json, no metrics.jsonl): its log_history."""
+    if is_trl_run(run_dir):
+        return trainer_state_rows(run_dir)
     path = run_dir / METRICS_FILE
     if not path.exists():
         raise UserError(f"{path} not found: is {run_dir} a run directory written by `grpo train`?")
@@ -53,18 +59,29 @@ def panels_for(rows: list[dict]) -> list[tuple[str, list[str]]]:
 
 
 def plot_run(run_dir: Path, output: Path | None = None, warn=None) -> Path:
+    """Write the run's PNG and return its path (report_run without the alarms)."""
+    return report_run(run_dir, output, warn)[0]
+
+
+def report_run(run_dir: Path, output: Path | None = None, warn=None) -> tuple[Path, list[Alarm] | None]:
     """Write the PNG (the warm-up's loss when the run had one; reward total and per reward; KL when beta > 0;
-    completion length; tool calls when the run has tools) and return its path. A value that is not a number is left
-    out of its curve, with a warning."""
+    completion length; tool calls when the run has tools) and return its path with the run's health alarms (None
+    when it logged no GRPO step yet). A value that is not a number is left out of its curve, with a warning."""
     warmup = _warmup_losses(run_dir)
-    if warmup and not read_jsonl(run_dir / METRICS_FILE, required=("step",)).rows:
-        rows = []  # stopped in its warm-up, before GRPO logged a step: the warm-up's loss is the whole report
+    if warmup and not is_trl_run(run_dir) and not read_jsonl(run_dir / METRICS_FILE, required=("step",)).rows:
+        rows, alarms = [], None  # stopped in its warm-up, before GRPO logged a step: the warm-up's loss is all
         if warn:
             warn(f"{run_dir} has logged no GRPO step yet: drawing its warm-up's loss")
     else:
         rows = read_metrics(run_dir, warn)
+        alarms = run_alarms(run_dir, rows)
     output = output or run_dir / REPORT_FILE
     check_writable_file(output, force=True)  # the report is ours to redraw; a missing folder is the user's to fix
+    _draw(run_dir, rows, warmup, alarms or [], output, warn)
+    return output, alarms
+
+
+def _draw(run_dir: Path, rows: list[dict], warmup: list, alarms: list[Alarm], output: Path, warn) -> None:
     import matplotlib
 
     matplotlib.use("Agg")  # files only; never needs a display
@@ -91,6 +108,8 @@ def plot_run(run_dir: Path, output: Path | None = None, warn=None) -> Path:
                 ax.plot(*zip(*points), **_line_style(key))
         if any(key.startswith(PREFIX) for key in keys):  # the reward's panel, with validation's accuracy
             _mark_shortcuts(ax, rows)
+        if ax is axes[extra, 0]:  # the reward's panel
+            _mark_alarms(ax, alarms)
         ax.set_title(title)
         ax.grid(alpha=0.3)
         if len(keys) > 1:
@@ -103,7 +122,6 @@ def plot_run(run_dir: Path, output: Path | None = None, warn=None) -> Path:
     fig.tight_layout()
     fig.savefig(output, dpi=110)
     plt.close(fig)
-    return output
 
 
 def _mark_shortcuts(ax, rows: list[dict]) -> None:
@@ -115,6 +133,16 @@ def _mark_shortcuts(ax, rows: list[dict]) -> None:
     ax.plot(*zip(*points), linestyle="none", marker="x", markersize=10, color="red", label="shortcut flagged")
     step, accuracy = points[0]
     ax.annotate(f"shortcut (step {step})", (step, accuracy), textcoords="offset points", xytext=(6, 6), color="red")
+
+
+def _mark_alarms(ax, alarms: list[Alarm]) -> None:
+    """A dotted line where each health signature started (runs/health.py), named at the top of the panel."""
+    for alarm in alarms:
+        ax.axvline(alarm.step, color="darkorange", linestyle=":", linewidth=1.5)
+        ax.annotate(
+            alarm.signature, (alarm.step, 1), xycoords=("data", "axes fraction"), rotation=90, va="top",
+            ha="right", fontsize="small", color="darkorange",
+        )  # fmt: skip
 
 
 def _line_style(key: str) -> dict:

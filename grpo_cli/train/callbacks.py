@@ -44,6 +44,7 @@ class MetricsCallback(TrainerCallback):
         recorder: GuardedReward | None,
         on_metrics: Callable[[dict], None],
         generation_seconds: Callable[[], float] | None = None,
+        health: Callable[[], list[str]] | None = None,
     ):
         self.metrics_path = run_dir / METRICS_FILE
         self.samples_path = run_dir / SAMPLES_FILE
@@ -54,6 +55,7 @@ class MetricsCallback(TrainerCallback):
         self._last_time = time.perf_counter()
         self._last_step = 0
         self.generation_seconds = generation_seconds  # StepPhases.take_generation_seconds: None leaves it out
+        self.health = health  # HealthCallback.in_force, which runs before this callback
 
     def on_train_begin(self, args, state, control, **kwargs):
         self._last_time = time.perf_counter()
@@ -86,6 +88,7 @@ class MetricsCallback(TrainerCallback):
             "peak_memory_kind": kind,  # rank 0's
             "allocator": os.environ.get("GRPO_ALLOCATOR", "system"),  # mimalloc on a CPU (process/allocator.py)
             "world_size": args.world_size,
+            **({"health": self.health()} if self.health else {}),
         }
         with self.metrics_path.open("a", encoding="utf-8") as fh:
             fh.write(json.dumps(record) + "\n")

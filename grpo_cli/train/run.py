@@ -19,6 +19,8 @@ from grpo_cli.train.runtime import check_runtime
 from grpo_cli.train.trainer import build_trainer, guarded_rewards
 
 if TYPE_CHECKING:
+    from grpo_cli.runs.health import Alarm
+    from grpo_cli.train.health_callback import HealthCallback
     from grpo_cli.train.validation_callback import Validate
 
 
@@ -30,14 +32,16 @@ class TrainResult:
     final_dir: Path | None
     metrics: list[dict]
     validations: list[dict] = field(default_factory=list)  # the `validation:` rows, in step order
+    halted: Alarm | None = None  # the health watch's alarm that stopped the run (`training.health.halt_on`)
 
 
 def run(
     recipe: Recipe, resume: bool = False, echo=print, validate: Validate | None = None, own_process: bool = False
 ) -> int:
     """`grpo train`: through `accelerate launch` when the recipe asks for several processes, else here. Exit code:
-    0 finished, 130 interrupted (a checkpoint was saved when a step had finished). `validate`: the held-out
-    validation a `validation:` section asks for, built by the command from evaluation's code."""
+    0 finished, 130 interrupted (a checkpoint was saved when a step had finished), 3 halted by the health watch
+    (checkpoint saved). `validate`: the held-out validation a `validation:` section asks for, built by the command
+    from evaluation's code."""
     from grpo_cli.process.optional_libraries import skip_unused_bitsandbytes
     from grpo_cli.train import distributed
 
@@ -53,6 +57,10 @@ def run(
             return 130
         if distributed.is_launched_rank():
             distributed.close_process_group()
+    if result.halted is not None:
+        from grpo_cli.train.health_callback import HALTED_EXIT
+
+        return HALTED_EXIT
     return 130 if result.interrupted else 0
 
 
@@ -64,6 +72,7 @@ def train(
     from grpo_cli.runs.model_card import write_model_card
     from grpo_cli.train.callbacks import InterruptCallback
     from grpo_cli.train.distributed import process_rank
+    from grpo_cli.train.health_callback import halted_line
     from grpo_cli.train.stage import stage_display
     from grpo_cli.train.start_weights import named_adapter
     from grpo_cli.train.warmup import WarmupOutcome, early_examples, run_warmup
@@ -100,11 +109,12 @@ def train(
     for line in prepared.report():
         console.print(line, highlight=False)
     display = stage_display(console, recipe.total_steps(len(prepared.dataset)), checkpoint)
-    metrics = _watch(trainer, display, recipe.training.log_completions, reward_funcs[0])
+    health = _health_watch(trainer, recipe.training.health, recipe.grpo.num_generations, warn)
+    metrics = _watch(trainer, display, recipe.training.log_completions, reward_funcs[0], health)
     if validate is not None and recipe.validation is not None:
-        _validate_while_training(trainer, recipe.validation.every_steps, validate, display, metrics, interrupt)
+        _validate_while_training(trainer, recipe.validation.every_steps, validate, display, metrics, interrupt, health)
     _run_steps(trainer, checkpoint, display, interrupt)
-    final_dir = _save_final(trainer, interrupt.requested, console)
+    final_dir = None if health.halted else _save_final(trainer, interrupt.requested, console)
     if trainer.is_world_process_zero():  # after the last save: TRL and PEFT each write their stock card there
         write_model_card(run_dir, recipe)
     console.print(display.summary())
@@ -112,6 +122,8 @@ def train(
         console.print(best_line(display.validations), highlight=False, soft_wrap=True)
     if final_dir:
         console.print(f"saved {'adapter' if recipe.lora else 'model'} to {final_dir}; plot with: grpo report {run_dir}")
+    if health.halted is not None:
+        console.print(halted_line(health.halted, str(run_dir), trainer.state.global_step), highlight=False)
     return TrainResult(
         run_dir,
         trainer.state.global_step,
@@ -119,10 +131,22 @@ def train(
         final_dir,
         display.history,
         display.validations,
+        health.halted,
     )
 
 
-def _watch(trainer, display, log_completions: int, recorder):
+def _health_watch(trainer, settings, num_generations: int, warn) -> HealthCallback:
+    """The health watch, first of the trainer's callbacks (before the one that writes metrics.jsonl)."""
+    from grpo_cli.train.health_callback import HealthCallback, reward_weights
+
+    health = HealthCallback(
+        settings, warn, trainer.args.generation_batch_size // num_generations, reward_weights(trainer)
+    )
+    trainer.add_callback(health)
+    return health
+
+
+def _watch(trainer, display, log_completions: int, recorder, health: HealthCallback):
     """The callback that writes metrics.jsonl and feeds `display`, first of the trainer's callbacks, and the step's
     phases on the display; the batch shapes are the ones TRL resolved (trainer.args)."""
     from grpo_cli.train.callbacks import MetricsCallback
@@ -138,11 +162,14 @@ def _watch(trainer, display, log_completions: int, recorder):
         recorder,
         on_metrics=display.update,
         generation_seconds=phases.take_generation_seconds,
+        health=health.in_force,
     )
     trainer.add_callback(metrics)
-    # First of all callbacks: the figures it adds to each log then reach the trackers' callbacks too.
+    # First of all callbacks but the health watch: the figures it adds to each log then reach the trackers'
+    # callbacks too, and the watch has read the step before its record is written.
     callbacks = trainer.callback_handler.callbacks
     callbacks.insert(0, callbacks.pop(callbacks.index(metrics)))
+    callbacks.insert(0, callbacks.pop(callbacks.index(health)))
     phases.install(trainer)
     return metrics
 
@@ -165,7 +192,9 @@ def _warn_warmup_asks_validation(examples, validate: Validate, console: Console)
         )
 
 
-def _validate_while_training(trainer, every_steps: int, validate: Validate, display, metrics, interrupt) -> None:
+def _validate_while_training(
+    trainer, every_steps: int, validate: Validate, display, metrics, interrupt, health: HealthCallback
+) -> None:
     """The held-out validation as a callback: its rows go into metrics.jsonl and onto the console, its seconds are
     left out of the training steps' times."""
     from grpo_cli.train.validation_callback import ValidationCallback
@@ -176,7 +205,7 @@ def _validate_while_training(trainer, every_steps: int, validate: Validate, disp
             every_steps,
             Path(trainer.args.output_dir),
             show=display.phase,
-            on_row=display.validated,
+            on_row=lambda row: (display.validated(row), health.validated(row)),
             exclude_seconds=metrics.exclude_seconds,
             stopping=lambda: interrupt.requested,
             context=trainer.inference_context,
