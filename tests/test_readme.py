@@ -23,6 +23,40 @@ def test_ci_runs_the_readme_test_command_verbatim():
     assert blocks[1] in (ROOT / ".ci" / "run").read_text().splitlines()
 
 
+# One line of benchmarks/fresh_clone.txt: which run (README's demo, its tests, or the edit-test loop `-m "not slow"`),
+# the instruction-set caps, the wall time as m:ss.
+FRESH_CLONE_RUN = re.compile(r"commit \w+\s+(tests|demo|inner)\s.*?caps (\w+)\s+wall \d+ s \((\d+:\d\d)\).*?exit 0\s")
+MINUTES = re.compile(r"(?<![\d:])\d+:\d\d(?![\d:])")
+
+
+def command_intro(readme: str, number: int) -> str:
+    """What README says just before its `number`-th bash block: the sentence that introduces that command."""
+    return readme.split("```bash\n")[number - 1].split("```")[-1]
+
+
+def newest_fresh_clone_times() -> dict[tuple[str, str], str]:
+    """(command, caps) -> m:ss of the newest run of it that passed, in benchmarks/fresh_clone.txt."""
+    newest = {}
+    for line in (ROOT / "benchmarks" / "fresh_clone.txt").read_text().splitlines():
+        run = FRESH_CLONE_RUN.search(line)
+        if run and not line.startswith("#"):
+            newest[run[1], run[2]] = run[3]
+    return newest
+
+
+def test_the_readme_times_are_the_newest_fresh_clone_runs():
+    """README's times for its two commands are the newest passing runs of benchmarks/fresh_clone.sh, and no other."""
+    readme = (ROOT / "README.md").read_text()
+    newest = newest_fresh_clone_times()
+    assert {("tests", "none"), ("tests", "avx2"), ("inner", "none")} <= set(newest), newest
+    for number, runs in ((1, {"demo"}), (2, {"tests", "inner"})):
+        measured = {time for (which, _), time in newest.items() if which in runs}
+        intro = command_intro(readme, number)
+        claimed = set(MINUTES.findall(intro))
+        assert claimed == measured, f"README command {number} should say {sorted(measured)}, says {sorted(claimed)}"
+        assert not measured or "benchmarks/fresh_clone.txt" in intro
+
+
 def test_the_readme_stays_short_and_the_docs_have_a_page_per_concern():
     assert len((ROOT / "README.md").read_text().splitlines()) <= 160
     pages = {p.stem for p in DOCS}
