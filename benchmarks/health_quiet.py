@@ -7,6 +7,7 @@ tests/test_health.py reads the kept metrics back through the same rules.
 
     python benchmarks/health_quiet.py recipes/demo.yaml --seeds 42 7
     python benchmarks/health_quiet.py recipes/demo_largest.yaml --seeds 42 7
+    python benchmarks/health_quiet.py recipes/demo.yaml --seeds 42 7 --rescore   # the kept runs, today's rules
 """
 
 from __future__ import annotations
@@ -28,12 +29,15 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("recipe")
     parser.add_argument("--seeds", type=int, nargs="+", default=[42, 7])
+    parser.add_argument("--rescore", action="store_true", help="Score the kept metrics again with today's rules.")
     args = parser.parse_args()
     sys.path.insert(0, str(ROOT))
     from grpo_cli.runs.run_health import run_alarms
 
     KEPT.mkdir(exist_ok=True)
     name = Path(args.recipe).stem
+    if args.rescore:
+        return rescore(args.recipe, name, args.seeds)
     for seed in args.seeds:
         with tempfile.TemporaryDirectory() as work:
             run_dir = Path(work) / "run"
@@ -53,6 +57,27 @@ def main() -> None:
             f"({kept.relative_to(ROOT)})"
         )
         print(line, flush=True)
+        with (ROOT / "benchmarks" / "health_quiet.txt").open("a") as out:
+            out.write(line + "\n")
+
+
+def rescore(recipe_file: str, name: str, seeds: list[int]) -> None:
+    """The kept runs through the rules as they are now, with the shipped recipe's thresholds and weights."""
+    from grpo_cli.recipe.validation import load_recipe
+    from grpo_cli.runs.health import diagnose
+    from grpo_cli.runs.run_health import watch_args
+
+    recipe = load_recipe(ROOT / recipe_file)
+    groups = recipe.generation_batch_size // recipe.grpo.num_generations
+    for seed in seeds:
+        kept = KEPT / f"{name}-seed{seed}.jsonl"
+        rows = [json.loads(line) for line in kept.read_text().splitlines()]
+        alarms = diagnose(rows, **watch_args(recipe.training.health, recipe.rewards, groups))
+        line = (
+            f"{datetime.datetime.now(datetime.timezone.utc):%Y-%m-%dT%H:%MZ}  {recipe_file} seed {seed}  rescored  "
+            f"signatures: {', '.join(f'{a.signature}@{a.step}' for a in alarms) or 'none'}  ({kept.relative_to(ROOT)})"
+        )
+        print(line)
         with (ROOT / "benchmarks" / "health_quiet.txt").open("a") as out:
             out.write(line + "\n")
 

@@ -88,14 +88,17 @@ def _with_validation(rows: list[dict], accuracies: list[float]) -> list[dict]:
 CASES = {
     "nan": (stream(_at(7, loss=None)), stream(_at(7, loss=0.0))),
     "no_signal": (stream(_after(5, frac_reward_zero_std=0.95)), stream(_after(5, frac_reward_zero_std=0.85))),
-    "entropy_collapse": (stream(_scaled("entropy", 0.8, 0.02)), stream(_scaled("entropy", 0.8, 0.3))),
+    "entropy_collapse": (
+        stream(lambda s, r: r.update(entropy=0.8 - 0.78 * (s - 1) / (STEPS - 1), reward=0.3)),
+        stream(lambda s, r: r.update(entropy=0.8 - 0.5 * (s - 1) / (STEPS - 1), reward=0.3)),
+    ),
     "length_collapse": (
         stream(_scaled("completions/mean_length", 60, 5)),
         stream(_scaled("completions/mean_length", 60, 30)),
     ),
     "cut_at_limit": (
         stream(_after(5, **{"completions/clipped_ratio": 0.8})),
-        stream(lambda s, r: r.update({"completions/clipped_ratio": 0.8 if s % 5 else 0.3})),
+        stream(_scaled("completions/clipped_ratio", 0.95, 0.55)),  # cut, but fewer each step: learning brevity
     ),
     "reward_saturated": (
         _with_validation(stream(_scaled("reward", 0.2, 0.9)), [0.3, 0.3, 0.28]),
@@ -149,6 +152,15 @@ def test_a_signature_sounds_once_while_it_lasts_and_again_when_it_comes_back():
     assert [a.step for a in alarms] == [5, 14]
 
 
+def test_one_validation_dip_while_the_reward_rises_is_noise():
+    assert "reward_saturated" not in sounded(_with_validation(stream(_scaled("reward", 0.2, 0.9)), [0.41, 0.35]))
+
+
+def test_entropy_that_falls_as_the_reward_rises_is_convergence_not_collapse():
+    assert "entropy_collapse" not in sounded(stream(_scaled("entropy", 0.8, 0.02)))  # healthy(): reward 0.31 -> 0.45
+    assert "entropy_collapse" in sounded(stream(lambda s, r: r.update(entropy=0.8 if s < 6 else 0.02, reward=0.3)))
+
+
 def test_groups_flat_counts_are_read_as_a_share_of_the_groups_per_step():
     rows = stream(_set(**{"zero_variance/groups_flat": 7.5, "frac_reward_zero_std": 0.0}))  # averaged: fractional
     assert "no_signal" in sounded(rows, groups_per_step=8)
@@ -175,6 +187,23 @@ def test_committed_real_runs_raise_no_false_alarm(metrics):
     steps of the calculator recipe: neither went wrong, so the watch must stay quiet on both."""
     rows = [json.loads(line) for line in (ROOT / metrics).read_text().splitlines() if line.strip()]
     assert diagnose(rows, groups_per_step=8) == []
+
+
+KEPT_RUNS = sorted((ROOT / "benchmarks" / "health_quiet").glob("*-seed*.jsonl"))
+
+
+@pytest.mark.parametrize("kept", KEPT_RUNS, ids=[p.stem for p in KEPT_RUNS])
+def test_the_shipped_demos_raise_no_alarm_at_any_kept_seed(kept):
+    """benchmarks/health_quiet.py's runs of the shipped demos (SmolLM2-135M-Instruct, Q4_1 GGUF dequantized), read
+    with their recipe's thresholds, group count and weights: runs that learn, so no signature may sound."""
+    from grpo_cli.recipe.validation import load_recipe
+    from grpo_cli.runs.run_health import watch_args
+
+    recipe = load_recipe(ROOT / "recipes" / f"{kept.stem.rsplit('-seed', 1)[0]}.yaml")
+    groups = recipe.generation_batch_size // recipe.grpo.num_generations
+    rows = [json.loads(line) for line in kept.read_text().splitlines()]
+    assert len([r for r in rows if "reward" in r]) == recipe.training.max_steps
+    assert diagnose(rows, **watch_args(recipe.training.health, recipe.rewards, groups)) == []
 
 
 def test_the_docs_list_every_signature_and_every_threshold():
@@ -269,10 +298,9 @@ def test_a_halt_on_another_kind_saves_its_step():
 
     callback = HealthCallback(HealthSection(window=2, halt_on=["collapse"]), lambda line: None)
     control = TrainerControl()
-    for step in (1, 2):
-        callback.on_log(
-            None, TrainerState(global_step=step), control, logs={**healthy(step), "completions/clipped_ratio": 1.0}
-        )
+    for step in (1, 2, 3, 4):  # two windows of two steps, every completion cut
+        logs = {**healthy(step), "completions/clipped_ratio": 1.0}
+        callback.on_log(None, TrainerState(global_step=step), control, logs=logs)
     assert callback.halted.signature == "cut_at_limit" and control.should_save and control.should_training_stop
 
 
@@ -283,9 +311,9 @@ def test_a_halted_run_saves_its_step_and_resume_continues_from_it(tmp_path, tiny
     recipe = _real_recipe(tmp_path, tiny_llama, save_steps=100, health={"window": 2, "halt_on": ["collapse"]})
     result = runner.invoke(app, ["train", str(recipe)])
     assert result.exit_code == 3, result.output
-    assert "health: cut_at_limit at step 2" in result.output and "a checkpoint of that step" in result.output
+    assert "health: cut_at_limit at step 4" in result.output and "a checkpoint of that step" in result.output
     run = tmp_path / "run"
-    assert (run / "checkpoint-2").is_dir() and not (run / "final").exists()
+    assert (run / "checkpoint-4").is_dir() and not (run / "final").exists()
     assert "cut_at_limit" in _logged(run)[-1]["health"]
     assert "cut_at_limit" in (run / "README.md").read_text()  # the card's Health section
     resumed = runner.invoke(app, ["train", str(recipe), "--resume", "training.health.halt_on=[]"])
