@@ -122,16 +122,11 @@ def train(
         console.print(best_line(display.validations), highlight=False, soft_wrap=True)
     if final_dir:
         console.print(f"saved {'adapter' if recipe.lora else 'model'} to {final_dir}; plot with: grpo report {run_dir}")
+    step = trainer.state.global_step
     if health.halted is not None:
-        console.print(halted_line(health.halted, str(run_dir), trainer.state.global_step), highlight=False)
+        console.print(halted_line(health.halted, str(run_dir), step), highlight=False, soft_wrap=True)
     return TrainResult(
-        run_dir,
-        trainer.state.global_step,
-        interrupt.requested,
-        final_dir,
-        display.history,
-        display.validations,
-        health.halted,
+        run_dir, step, interrupt.requested, final_dir, display.history, display.validations, health.halted
     )
 
 
