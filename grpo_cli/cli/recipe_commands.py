@@ -200,6 +200,7 @@ def preflight(
     """Measure, in about a minute on this machine, whether the recipe fits, how long it takes, and whether it can learn."""  # noqa: E501 (the help text, one line)
     from rich.console import Console
 
+    from grpo_cli.audit.run import audit_rewards
     from grpo_cli.preflight.run import run_preflight
     from grpo_cli.preflight.view import preflight_json, print_preflight
     from grpo_cli.progress import PhaseLines, quiet_libraries
@@ -210,12 +211,50 @@ def preflight(
         loaded = load_recipe(recipe, overrides, scope="preflight")
         quiet_libraries()
         _check_references(loaded)
+        audit = audit_rewards(loaded.data, loaded.rewards, loaded.model, loaded.training.seed)  # seconds, no model
         with PhaseLines(console, "loading the model...") as show:
             result = run_preflight(loaded, steps, prompts, gpu, hours, show=show, own_process=own_process(ctx))
+        result.audit = audit
     if as_json:
         typer.echo(json.dumps(preflight_json(result), indent=2))
     else:
         print_preflight(Console(soft_wrap=False), result, _train_command(recipe, overrides))
+
+
+@app.command(
+    epilog=examples(
+        "grpo audit recipes/demo.yaml",
+        "grpo audit my.yaml --strict|exit 1 on a false pass, a false fail or a shortcut",
+        "grpo audit recipes/demo_judge.yaml --models|load the reward models and judges too",
+    )
+)
+def audit(
+    recipe: RecipeArg,
+    overrides: OverridesArg = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the audit as JSON.")] = False,
+    strict: Annotated[bool, typer.Option("--strict", help="Exit 1 when the audit finds anything.")] = False,
+    models: Annotated[
+        bool, typer.Option("--models", help="Also score with the reward models and judges (loads their weights).")
+    ] = False,
+    rows: Annotated[int, typer.Option("--rows", min=1, help="Training prompts to probe.")] = 200,
+) -> None:
+    """Ask the recipe's rewards what they pay right answers, wrong-on-purpose replies and trivial rules, before any
+    weight loads."""
+    from rich.console import Console
+
+    from grpo_cli.audit.run import audit_rewards
+    from grpo_cli.audit.view import audit_json, print_audit
+    from grpo_cli.recipe.validation import load_recipe
+
+    with user_errors(as_json):
+        loaded = load_recipe(recipe, overrides, scope="audit")
+        result = audit_rewards(loaded.data, loaded.rewards, loaded.model, loaded.training.seed, models, rows)
+    if as_json:
+        typer.echo(json.dumps(audit_json(result), indent=2))
+    else:
+        print_audit(Console(soft_wrap=False), result, loaded.data.source)
+    if strict and result.findings:
+        raise typer.Exit(1)
 
 
 def _train_command(recipe: Path, overrides: list[str] | None) -> str:

@@ -11,21 +11,12 @@ from __future__ import annotations
 
 from typing import Any
 
+from grpo_cli.audit.probes import answer_forms
 from grpo_cli.errors import UserError
 from grpo_cli.recipe.schema import DataSection
 from grpo_cli.recipe.user_code import RewardSpec
 
 REFERENCE_ROWS = 64  # references checked: one pass among them is enough, and a slow user verifier stays cheap
-
-
-def answer_forms(answer: str, data) -> list[str]:
-    """A reference answer as a model would write it: bare, and marked as data.answer_marker asks (inside a
-    <reasoning> block's wake when the system prompt asks for one)."""
-    if data.answer_marker == "hashes":
-        return [answer, f"#### {answer}"]
-    marked = f"<answer>\n{answer}\n</answer>"
-    reasoning = "<reasoning>" in (data.system_prompt or "")
-    return [answer, marked] + ([f"<reasoning>\n</reasoning>\n{marked}"] if reasoning else [])
 
 
 def training_references(data: DataSection, seed: int) -> list[dict[str, Any]]:

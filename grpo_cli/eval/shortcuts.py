@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any
 
+from grpo_cli.audit.rules import RULES, rule_answers
 from grpo_cli.eval.stats import mean_interval, paired_difference, paired_mean_difference, wilson_interval
 from rewards.answers import completion_text, extract_answer, to_number
 from rewards.verifiers import final_answer, normalize_text
@@ -92,6 +93,21 @@ def majority_baseline(references: list[str | None]) -> dict[str, Any]:
     }
 
 
+def trivial_rules(questions: list[Any], references: list[str | None], reading: str) -> dict[str, Any] | None:
+    """The accuracy of each trivial rule of the question's numbers (audit/rules.py: the first, last or largest
+    number, their sum, difference, product) and the best of them; None for answers that are not numbers."""
+    if reading != "number" or not references:
+        return None
+    answers = [rule_answers(q) if isinstance(q, str) else {} for q in questions]
+    accuracy = {
+        rule: sum(_number(a.get(rule)) == ref for a, ref in zip(answers, references) if ref is not None)
+        / len(references)
+        for rule in RULES
+    }
+    best = max(accuracy, key=accuracy.get)
+    return {"accuracy": accuracy, "best": best, "best_accuracy": accuracy[best], "problems": len(references)}
+
+
 def balanced_accuracy(references: list[str | None], correct: list[float]) -> float | None:
     """The mean over reference answers of the accuracy on the problems with that answer (per-class recall), for a
     categorical task (at most CATEGORICAL distinct references); None otherwise. A model that gives one answer to
@@ -157,6 +173,7 @@ def shortcut_report(records: list[dict[str, Any]], verifier: str) -> dict[str, A
     return {
         "answer_distribution": {"verifier": verifier, "reading": reading, **distribution},
         "majority_baseline": baseline,
+        "trivial_rules": trivial_rules([r.get("question") for r in records], references, reading),
         "balanced_accuracy": balanced_accuracy(references, right),
         "shortcut": shortcut_flag(distribution, baseline, *accuracy_of(records, right)),
     }
@@ -207,6 +224,10 @@ def report_lines(summary: dict[str, Any]) -> list[str]:
             else f"; balanced accuracy {_pct(summary['balanced_accuracy'])}"
         ),
     ]
+    rules = summary.get("trivial_rules")
+    if rules:
+        shown = ", ".join(f"{rule} {_pct(share)}" for rule, share in rules["accuracy"].items())
+        lines.append(f"trivial rules of the question's numbers: {shown} (best: {rules['best']})")
     flag = summary["shortcut"]
     lines.append("shortcut: " + "; ".join(flag["reasons"]) if flag["flag"] else "shortcut: none flagged")
     return lines

@@ -8,6 +8,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from grpo_cli.audit.run import Audit
 from grpo_cli.plan.memory import Plan, memory_plan
 from grpo_cli.preflight.advice import Advice, advise, fits_on_gpu
 from grpo_cli.preflight.constant_policy import ConstantPolicies, constant_policies, verifier_reward
@@ -37,6 +38,7 @@ class Preflight:
     warmup: WarmupTiming | None = None  # the warm-up's timed steps, when the recipe has one
     validation: ValidationTiming | None = None  # one timed batch of validation, when the recipe validates
     constants: ConstantPolicies | None = None  # the most common reference answers as constant completions
+    audit: Audit | None = None  # what the rewards pay known-good and known-bad replies (grpo audit), set by the command
 
     @property
     def peak_error_pct(self) -> float:

@@ -6,6 +6,7 @@ from typing import Any
 
 from rich.markup import escape
 
+from grpo_cli.audit.view import audit_json
 from grpo_cli.plan.memory import GIB
 from grpo_cli.plan.view import override_args, warmup_lines
 from grpo_cli.preflight.run import Preflight
@@ -14,6 +15,7 @@ from grpo_cli.preflight.run import Preflight
 def preflight_json(result: Preflight) -> dict[str, Any]:
     s = result.groups
     return {
+        "audit": None if result.audit is None else audit_json(result.audit),
         "device": result.measured.device,
         "measured_peak_gib": round(result.measured.peak_bytes / GIB, 4),
         "measured_peak_rss_gib": round(result.measured.rss_bytes / GIB, 4),
@@ -115,6 +117,8 @@ def _warmup_json(result: Preflight) -> dict[str, Any] | None:
 
 def print_preflight(console, result: Preflight, command: str) -> None:
     m, s = result.measured, result.groups
+    if result.audit is not None:
+        print_audit_lines(console, result.audit)
     kind = "torch.cuda.max_memory_allocated" if m.device == "cuda" else "live tensors on this CPU"
     console.print(
         f"[bold]fit[/]  measured peak {m.peak_bytes / GIB:.2f} GiB ({kind}) vs plan "
@@ -210,3 +214,14 @@ def _duration(seconds: float) -> str:
     if seconds < 7200:
         return f"{seconds / 60:.0f} min"
     return f"{seconds / 3600:.1f} h"
+
+
+def print_audit_lines(console, audit) -> None:
+    """The reward audit's findings, one line each, as preflight's first section (the table: `grpo audit`)."""
+    found = audit.findings
+    head = f"[bold]rewards[/]  audit of {audit.prompts} training prompts: "
+    console.print(head + (f"{len(found)} finding(s)" if found else "no finding"), highlight=False)
+    for finding in found:
+        console.print(f"     {finding.kind.replace('_', ' ')}: {finding.line}", highlight=False)
+    for label in audit.not_audited:
+        console.print(f"     not audited: `{label}` is a model (grpo audit --models loads it)", highlight=False)

@@ -27,7 +27,7 @@ from grpo_cli.recipe.yaml_source import (
     read_yaml,
 )
 
-Scope = Literal["train", "preflight", "eval", "plan", "export"]
+Scope = Literal["train", "preflight", "eval", "plan", "export", "audit"]
 # What each command reads, beyond the model it always names. train (and validate) checks everything.
 SCOPES: dict[str, frozenset[str]] = {
     "train": frozenset({"data", "eval_data", "rewards", "tools", "trl", "launch"}),
@@ -35,6 +35,7 @@ SCOPES: dict[str, frozenset[str]] = {
     "eval": frozenset({"eval_data", "tools"}),
     "plan": frozenset(),
     "export": frozenset(),
+    "audit": frozenset({"data", "rewards"}),
 }
 
 

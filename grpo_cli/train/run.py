@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 
 from rich.console import Console
 
+from grpo_cli.audit.run import start_lines
 from grpo_cli.errors import UserError
 from grpo_cli.files import sole_writer
 from grpo_cli.recipe.schema import Recipe
@@ -92,7 +93,7 @@ def train(
         f"[bold]grpo train[/] {recipe.run_name}: {recipe.method} on {recipe.model.name} "
         f"({precision_here(recipe.model).label(recipe.method)}) -> {run_dir}"
     )
-    for line in ram_warning(recipe):
+    for line in [*ram_warning(recipe), *start_lines(recipe.data, recipe.rewards, recipe.model, recipe.training.seed)]:
         console.print(line, style="yellow", highlight=False, soft_wrap=True)
     # What GRPO starts from: the warm-up's weights (trained now unless finished earlier), else the adapter
     # lora.adapter names, else the recipe's model as it is (final_dir None).

@@ -1,0 +1,259 @@
+"""The replies the audit hands the recipe's rewards: known-good (the reference answer, as a model would write it),
+known-bad (wrong on purpose: empty, the prompt echoed back, several answers at once, padding, malformed numbers) and
+strategies (a constant answer, a trivial rule of the question's numbers). Each is built per training example from
+its prompt and reference answer, in the format the recipe's data section asks for. No model, no torch.
+
+A probe can hold several forms per example; `pick` says which counts. Known-good forms and strategies count at
+their best (`max`: a policy writes the form that pays). A hedge lists the right answer first in one form and last in
+the other and counts at its worst (`min`): a reward that pays it wherever the right answer stands pays the hedge
+itself, not a final answer that happens to be right.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass
+from typing import Any
+
+from grpo_cli.audit.rules import RULES, SAID, as_answer, rule_answers
+from rewards.answers import NUMBER, to_number
+from rewards.verifiers import normalize_text
+
+PADDING_CHARS = 10_000
+HEDGE_ANSWERS = 20  # the long hedge: the right answer among this many
+NESTING = 50  # \boxed{} inside \boxed{}, this deep
+FULLWIDTH = str.maketrans("0123456789", "０１２３４５６７８９")
+CONSTANTS = ("0", "1", "yes", "no")
+
+
+@dataclass
+class Probe:
+    name: str  # as the table shows it
+    kind: str  # good, bad or strategy
+    why: str  # what it is, for a finding's line: "an echoed prompt"
+    forms: list[list[str]]  # per example: the replies tried (none: not built for that example)
+    pick: str = "max"  # per example, the form that counts: max or min (see the module docstring)
+    category: str = ""  # which fix a finding on it gets: silent, echo, hedge, hostile, constant, rule, variant
+
+
+def answer_forms(answer: str, data) -> list[str]:
+    """A reference answer as a model would write it: bare, and marked as data.answer_marker asks (inside a
+    <reasoning> block's wake when the system prompt asks for one)."""
+    if data.answer_marker == "hashes":
+        return [answer, f"#### {answer}"]
+    marked = f"<answer>\n{answer}\n</answer>"
+    reasoning = "<reasoning>" in (data.system_prompt or "")
+    return [answer, marked] + ([f"<reasoning>\nThe answer follows.\n</reasoning>\n{marked}"] if reasoning else [])
+
+
+def marked(answer: str, data) -> str:
+    """The answer in the recipe's format (the last of `answer_forms`)."""
+    return answer_forms(answer, data)[-1]
+
+
+def question_text(question: Any) -> str:
+    """The question as the user asked it; of a conversation, the last user turn."""
+    if isinstance(question, list):
+        users = [t.get("content", "") for t in question if isinstance(t, dict) and t.get("role") == "user"]
+        return str(users[-1]) if users else ""
+    return str(question)
+
+
+def build_probes(examples: list[dict[str, Any]], solutions: list[str | None], data) -> list[Probe]:
+    """Every probe for `examples` (prompt, question, answer, as training prepares them); `solutions`: each
+    example's worked reference solution where the data has one."""
+    answers = [str(e.get("answer") or "") for e in examples]
+    questions = [question_text(e.get("question", "")) for e in examples]
+    pool = _distinct(answers)
+    return [
+        *_good(answers, solutions, data),
+        *_bad(answers, questions, pool, data),
+        *_strategies(answers, questions, data),
+    ]
+
+
+def _good(answers: list[str], solutions: list[str | None], data) -> list[Probe]:
+    numeric = [to_number(a) is not None for a in answers]
+    probes = [
+        Probe("reference", "good", "the reference answer", [answer_forms(a, data) if a else [] for a in answers]),
+        Probe(
+            "reference solution",
+            "good",
+            "the reference solution",
+            [[s] if s and s.strip() != a else [] for s, a in zip(solutions, answers)],
+        ),
+        Probe(
+            "reference + period",
+            "good",
+            "the reference with a period",
+            _each(answers, data, lambda a: a + "."),
+            category="variant",
+        ),
+        Probe(
+            "reference as $1,000",
+            "good",
+            "the reference with $ and commas",
+            _each(answers, data, _money, numeric),
+            category="variant",
+        ),
+        Probe(
+            "reference as 1000.0",
+            "good",
+            "the reference with decimals",
+            _each(answers, data, _decimal, numeric),
+            category="variant",
+        ),
+    ]
+    return [p for p in probes if any(p.forms)]
+
+
+def _bad(answers: list[str], questions: list[str], pool: list[str], data) -> list[Probe]:
+    wrongs = [_wrong_answers(a, pool, HEDGE_ANSWERS - 1) for a in answers]
+    padding = ("Let me think about this step by step. " * (PADDING_CHARS // 38 + 1))[:PADDING_CHARS]
+    nested = "\\boxed{" * NESTING + "{}" + "}" * NESTING
+    probes = [
+        Probe("empty", "bad", "an empty reply", [[""] for _ in answers], category="silent"),
+        Probe("whitespace", "bad", "a blank reply", [[" \n\t "] for _ in answers], category="silent"),
+        Probe(
+            "format, no answer",
+            "bad",
+            "the format with no answer",
+            [[marked("", data)] for _ in answers],
+            category="silent",
+        ),
+        Probe("padding", "bad", "10,000 characters of padding", [[padding] for _ in answers], category="silent"),
+        Probe("echo", "bad", "the prompt echoed", [[q] for q in questions], category="echo"),
+        Probe(
+            "prompt's numbers",
+            "bad",
+            "every number of the prompt",
+            [[", ".join(NUMBER.findall(q))] if NUMBER.search(q) else [] for q in questions],
+            category="echo",
+        ),
+        Probe(
+            "two answers",
+            "bad",
+            "two answers at once",
+            [_pair(a, w, data) for a, w in zip(answers, wrongs)],
+            "min",
+            "hedge",
+        ),
+        Probe(
+            "one per line",
+            "bad",
+            "three answers, one per line",
+            [_lines(a, w, data) for a, w in zip(answers, wrongs)],
+            "min",
+            "hedge",
+        ),
+        Probe(
+            "twenty answers",
+            "bad",
+            "a list of twenty answers",
+            [_listed(a, w, data) for a, w in zip(answers, wrongs)],
+            category="hedge",
+        ),
+        Probe("unicode digits", "bad", "a wrong number in Unicode digits", _hostile(wrongs, data, _fullwidth)),
+        Probe("nested \\boxed{}", "bad", "deeply nested \\boxed{}", [[marked(nested, data)] for _ in answers]),
+        Probe("1,000 digits", "bad", "a 1,000-digit number", [[marked("9" * 1000, data)] for _ in answers]),
+        Probe("nan", "bad", "`nan`", [[marked("nan", data)] for _ in answers]),
+        Probe("inf", "bad", "`inf`", [[marked("inf", data)] for _ in answers]),
+    ]
+    for probe in probes[-5:]:
+        probe.category = "hostile"
+    return [p for p in probes if any(p.forms)]
+
+
+def _strategies(answers: list[str], questions: list[str], data) -> list[Probe]:
+    counts = Counter(normalize_text(a) for a in answers if a)
+    written = {normalize_text(a): a for a in reversed(answers) if a}  # each answer's first spelling
+    commonest = written[counts.most_common(1)[0][0]] if counts else None
+    constants = [commonest] if commonest else []
+    constants += [c for c in CONSTANTS if all(normalize_text(c) != normalize_text(k) for k in constants)]
+    probes = [
+        Probe(
+            f"always `{c}`" + (" (commonest)" if c == commonest else ""),
+            "strategy",
+            f"the constant answer `{c}`",
+            [answer_forms(c, data) for _ in answers],
+            category="constant",
+        )
+        for c in constants
+    ]
+    per_question = [rule_answers(q) for q in questions]
+    for rule in RULES:
+        forms = [answer_forms(r[rule], data) if r[rule] is not None else [] for r in per_question]
+        probes.append(Probe(f"rule: {rule}", "strategy", SAID[rule], forms, category="rule"))
+    return [p for p in probes if any(p.forms)]
+
+
+def _each(answers: list[str], data, change, only: list[bool] | None = None) -> list[list[str]]:
+    """The reference changed by `change`, bare and marked, for the examples `only` allows (default: all)."""
+    return [
+        answer_forms(change(a), data) if a and (only is None or only[i]) and change(a) != a else []
+        for i, a in enumerate(answers)
+    ]
+
+
+def _money(answer: str) -> str:
+    value = to_number(answer)
+    sign = "-" if value < 0 else ""
+    whole = f"{abs(value):,.0f}" if value == int(value) else f"{abs(value):,.2f}"
+    return f"{sign}${whole}"
+
+
+def _decimal(answer: str) -> str:
+    value = to_number(answer)
+    return f"{value:.1f}" if value == int(value) else f"{value}0"
+
+
+def _distinct(answers: list[str]) -> list[str]:
+    seen: dict[str, str] = {}
+    for a in answers:
+        if a:
+            seen.setdefault(normalize_text(a), a)
+    return list(seen.values())
+
+
+def _wrong_answers(answer: str, pool: list[str], count: int) -> list[str]:
+    """`count` answers that are not `answer`: its neighbours for a number, else other references of the data."""
+    value = to_number(answer)
+    if value is not None:
+        steps = [k for n in range(1, count + 1) for k in (n, -n)][:count]
+        return [w for w in (as_answer(value + k) for k in steps) if w is not None]
+    key = normalize_text(answer)
+    return [a for a in pool if normalize_text(a) != key][:count] if answer else []
+
+
+def _pair(answer: str, wrongs: list[str], data) -> list[str]:
+    """The right answer and a wrong one, in both orders."""
+    if not wrongs:
+        return []
+    return [marked(f"{answer} or {wrongs[0]}", data), marked(f"{wrongs[0]} or {answer}", data)]
+
+
+def _lines(answer: str, wrongs: list[str], data) -> list[str]:
+    if len(wrongs) < 2:
+        return []
+    three = [answer, wrongs[0], wrongs[1]]
+    return [marked("\n".join(three), data), marked("\n".join(reversed(three)), data)]
+
+
+def _listed(answer: str, wrongs: list[str], data) -> list[str]:
+    """The right answer in the middle of the list, neither first nor last."""
+    if len(wrongs) < 2:
+        return []
+    middle = len(wrongs) // 2
+    return [marked(", ".join(wrongs[:middle] + [answer] + wrongs[middle:]), data)]
+
+
+def _fullwidth(wrong: str) -> str | None:
+    return wrong.translate(FULLWIDTH) if to_number(wrong) is not None else None
+
+
+def _hostile(wrongs: list[list[str]], data, write) -> list[list[str]]:
+    out = []
+    for w in wrongs:
+        text = write(w[0]) if w else None
+        out.append([marked(text, data)] if text else [])
+    return out

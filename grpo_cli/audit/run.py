@@ -1,0 +1,121 @@
+"""The reward audit: what the recipe's rewards pay known-good and known-bad replies and trivial strategies, on the
+training data's own prompts and reference answers, before any weight loads. `grpo audit` prints it, `grpo
+preflight` opens with it and `grpo train` says one line when it finds something. Needs the data, rewards and model
+sections (the model only for its tokenizer, when one is cached, and for `--models`); no torch unless a reward
+model or judge is audited."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from grpo_cli.audit.findings import Finding, ProbeRow, findings, good_totals, probe_rows
+from grpo_cli.audit.probes import build_probes
+from grpo_cli.audit.scoring import AuditedReward, score_probes
+from grpo_cli.recipe.schema import DataSection, ModelSection
+from grpo_cli.recipe.user_code import RewardSpec
+
+AUDIT_ROWS = 200  # training prompts probed: a share of prompts to the percent, cheap for a user's slow reward
+TRAIN_ROWS = 64  # at the start of `grpo train`: enough to see a finding, a fraction of a second on the built-ins
+
+
+@dataclass
+class Audit:
+    prompts: int  # training examples probed
+    rewards: list[AuditedReward]
+    rows: list[ProbeRow] = field(default_factory=list)
+    findings: list[Finding] = field(default_factory=list)
+    good_mean: float = 0.0  # what a right answer earns on average (the weighted total)
+    tokens: str = "words"  # how completion lengths were counted: the model's tokenizer, or whitespace words
+
+    @property
+    def not_audited(self) -> list[str]:
+        return [r.label for r in self.rewards if not r.audited]
+
+    def best_rule(self) -> ProbeRow | None:
+        rules = [r for r in self.rows if r.scored.probe.category == "rule" and r.prompts]
+        return max(rules, key=lambda r: r.paid_share) if rules else None
+
+    def summary_line(self) -> str | None:
+        """One line for `grpo train` and preflight when something was found; None otherwise."""
+        if not self.findings:
+            return None
+        named = [
+            f"{f.kind.replace('_', ' ')}" + (f" `{f.probe}` {100 * f.share:.0f}%" if f.probe else "")
+            for f in self.findings
+        ]
+        return f"reward audit: {len(named)} finding(s): {'; '.join(named)}"
+
+
+def audit_rewards(
+    data: DataSection,
+    rewards: list[RewardSpec],
+    model: ModelSection,
+    seed: int,
+    with_models: bool = False,
+    rows: int = AUDIT_ROWS,
+) -> Audit:
+    """Probe the rewards on the first `rows` training examples (shuffled with the training `seed`). Reward models and
+    judges are scored only `with_models` (they load weights); otherwise they are listed as not audited."""
+    examples, solutions = training_examples(data, seed, rows)
+    audited = audited_rewards(rewards, model, with_models)
+    count, tokens = token_counter(model)
+    if not examples:
+        return Audit(0, audited, tokens=tokens)
+    scored = score_probes(build_probes(examples, solutions, data), examples, audited, data.chat, count)
+    good = good_totals(scored)
+    table = probe_rows(scored, good)
+    return Audit(len(examples), audited, table, findings(table, audited, good), sum(good) / len(good), tokens)
+
+
+def training_examples(data: DataSection, seed: int, rows: int) -> tuple[list[dict[str, Any]], list[str | None]]:
+    """The first `rows` training examples as training prepares them (prompt, question, answer), and each one's
+    worked reference solution where the data writes one (GSM8K's answer column)."""
+    from grpo_cli.data import select_rows, to_example
+
+    if not data.answer_column:
+        return [], []
+    raw, _ = select_rows(data, seed=seed)
+    raw = raw[:rows]
+    examples = [to_example(row, data) for row in raw]
+    solutions = [str(row.get(data.answer_column)) if data.answer_format == "gsm8k" else None for row in raw]
+    return examples, solutions
+
+
+def audited_rewards(rewards: list[RewardSpec], model: ModelSection, with_models: bool) -> list[AuditedReward]:
+    """Each reward of the recipe as the audit calls it; a reward model or judge without `with_models` is kept with
+    no function, so the table still shows it."""
+    from rewards import resolve_reward
+
+    out = []
+    for spec in rewards:
+        is_model = spec.model is not None or spec.judge is not None
+        if is_model and not with_models:
+            func = None
+        elif is_model:
+            from grpo_cli.model_rewards.build import reward_functions
+
+            func = reward_functions([spec], model)[0]
+        else:
+            func = resolve_reward(spec.name, spec.kwargs)
+        out.append(AuditedReward(spec.name, spec.weight, func, spec.timeout_s))
+    return out
+
+
+def token_counter(model: ModelSection):
+    """How replies' lengths reach the rewards as completion_ids: the model's tokenizer when it loads without torch
+    (plan/light_tokenizer.py), else one id per whitespace word, a fair stand-in. Takes a list of texts."""
+    from grpo_cli.plan.light_tokenizer import light_tokenizer
+
+    tokenizer = light_tokenizer(model)
+    if tokenizer is None:
+        return (lambda texts: [list(range(len(t.split()))) for t in texts]), "words"
+    return (lambda texts: tokenizer(texts, add_special_tokens=False)["input_ids"] if texts else []), "tokens"
+
+
+def start_lines(data: DataSection, rewards: list[RewardSpec], model: ModelSection, seed: int) -> list[str]:
+    """`grpo train`'s line when the audit (on TRAIN_ROWS prompts, the models left out) finds something."""
+    if not rewards or not data.answer_column:
+        return []
+    line = audit_rewards(data, rewards, model, seed, rows=TRAIN_ROWS).summary_line()
+    return [f"{line} (the table: grpo audit RECIPE)"] if line else []

@@ -1,0 +1,88 @@
+"""Every probe scored by every reward, called as training calls them: the batch of replies with the prompts and the
+data's columns, behind the reward guard (a time limit, one line on failure). A reward that fails on a probe is
+noted once and scores nothing there; one that runs out of time is not called again, so a hanging reward costs one
+time limit, not one per probe."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from grpo_cli.audit.probes import Probe
+
+AUDIT_TIMEOUT_S = 30.0  # per call, for a reward whose recipe entry sets no timeout_s
+
+
+@dataclass
+class ScoredProbe:
+    probe: Probe
+    totals: list[float | None]  # per example, the weighted total of the form that counts (None: not built)
+    values: list[list[float | None]]  # per reward, per example: its value on that form (None: no value)
+
+
+@dataclass
+class AuditedReward:
+    label: str  # as the recipe names it
+    weight: float
+    func: Callable[..., Any] | None  # None: not audited (a model reward without --models)
+    timeout_s: float | None = None
+    failures: list[tuple[str, str]] = field(default_factory=list)  # (probe, what happened), in order
+    stopped: bool = False  # ran out of time: not called again
+
+    @property
+    def audited(self) -> bool:
+        return self.func is not None
+
+
+def score_probes(
+    probes: list[Probe],
+    examples: list[dict[str, Any]],
+    rewards: list[AuditedReward],
+    chat: bool,
+    count_tokens: Callable[[list[str]], list[list[int]]],
+) -> list[ScoredProbe]:
+    """Score each probe's forms with each audited reward and keep, per example, the form its `pick` chooses."""
+    columns = {k: [e.get(k) for e in examples] for k in examples[0] if k != "prompt"} if examples else {}
+    return [_score(probe, examples, columns, rewards, chat, count_tokens) for probe in probes]
+
+
+def _score(probe, examples, columns, rewards, chat, count_tokens) -> ScoredProbe:
+    flat = [(i, text) for i, forms in enumerate(probe.forms) for text in forms]
+    rows = [i for i, _ in flat]
+    batch = {
+        "prompts": [examples[i]["prompt"] for i in rows],
+        "completions": [[{"role": "assistant", "content": t}] if chat else t for _, t in flat],
+        "completion_ids": count_tokens([t for _, t in flat]),
+        **{k: [v[i] for i in rows] for k, v in columns.items()},
+    }
+    per_reward = [_call(reward, probe.name, batch, len(flat)) for reward in rewards]
+    totals: list[float | None] = [None] * len(examples)
+    values: list[list[float | None]] = [[None] * len(examples) for _ in rewards]
+    for i in range(len(examples)):
+        at = [j for j, row in enumerate(rows) if row == i]
+        if not at:
+            continue
+        weighted = [sum(r.weight * (v[j] or 0.0) for r, v in zip(rewards, per_reward)) for j in at]
+        chosen = at[weighted.index(max(weighted) if probe.pick == "max" else min(weighted))]
+        totals[i] = max(weighted) if probe.pick == "max" else min(weighted)
+        for r, v in enumerate(per_reward):
+            values[r][i] = v[chosen]
+    return ScoredProbe(probe, totals, values)
+
+
+def _call(reward: AuditedReward, probe: str, batch: dict[str, Any], count: int) -> list[float | None]:
+    """The reward's values on the batch (None each where it is not audited, has stopped, or failed here)."""
+    from grpo_cli.reward_guard import GuardedReward, RewardFailure
+
+    if not reward.audited or reward.stopped or not count:
+        return [None] * count
+    timeout = reward.timeout_s or AUDIT_TIMEOUT_S
+    guarded = GuardedReward(reward.func, timeout, warn=lambda line: None, label=reward.label)
+    try:
+        return guarded(**batch)
+    except RewardFailure as exc:
+        said = str(exc)
+        reward.stopped = "took longer than" in said
+        reward.failures.append((probe, said.replace(f"reward `{reward.label}` ", "", 1)))
+        return [None] * count

@@ -1,0 +1,86 @@
+"""The audit on the console (one table, then one line per finding) and as JSON."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from grpo_cli.audit.findings import FINDING_SHARE, STRATEGY_SHARE
+from grpo_cli.audit.run import Audit
+
+KINDS = {"good": "good", "bad": "bad", "strategy": "strategy"}  # known-good, known-bad (the footer says so)
+
+
+def print_audit(console, audit: Audit, source: str) -> None:
+    from rich.table import Table
+
+    if not audit.prompts:
+        console.print(f"reward audit: nothing to probe ({source} has no rows with a reference answer)")
+        return
+    table = Table(box=None, pad_edge=False, title_justify="left")
+    table.add_column("reply", no_wrap=True)
+    table.add_column("kind")
+    for reward in audit.rewards:
+        table.add_column(f"{reward.label} x{reward.weight:g}", justify="right")
+    table.add_column("total", justify="right")
+    table.add_column("of right", justify="right")
+    table.add_column("paid >= half", justify="right")
+    for row in audit.rows:
+        probe = row.scored.probe
+        cells = ["-" if m is None else f"{m:.2f}" for m in row.means]
+        paid = f"{100 * row.paid_share:.0f}%"
+        if probe.kind == "good":
+            paid = f"{100 * (1 - row.paid_share):.0f}%"
+        style = "bold red" if row.flagged and probe.kind != "strategy" else ("yellow" if row.flagged else None)
+        total = sum(r.weight * (m or 0.0) for r, m in zip(audit.rewards, row.means))
+        table.add_row(
+            probe.name, KINDS[probe.kind], *cells, f"{total:.2f}", f"{row.share_of_good:.2f}", paid, style=style
+        )
+    console.print(table)
+    console.print(
+        f"{audit.prompts} training prompts of {source}; good: known-good replies, bad: known-bad ones, strategy: "
+        f"an answer that never reads the problem. A right answer earns {audit.good_mean:.2f} on average; "
+        f"'paid >= half': the prompts where the reply earns at least half of a right answer (lengths in "
+        f"{audit.tokens}). A finding: a known-bad reply paid (or a known-good one not paid) on "
+        f"{100 * FINDING_SHARE:.0f}% of prompts or more, a strategy on {100 * STRATEGY_SHARE:.0f}%."
+    )
+    for label in audit.not_audited:
+        console.print(f"not audited: `{label}` is a model; add --models to load it and score the probes")
+    best = audit.best_rule()
+    if best is not None:
+        console.print(
+            f"trivial rules: the best, {best.scored.probe.why}, is right on {100 * best.paid_share:.0f}% of prompts"
+        )
+    for finding in audit.findings:
+        console.print(f"[bold]{finding.kind.replace('_', ' ')}[/bold]: {finding.line}", highlight=False)
+    if not audit.findings:
+        console.print("no finding: no known-bad reply is paid, every known-good one is")
+
+
+def audit_json(audit: Audit) -> dict[str, Any]:
+    best = audit.best_rule()
+    return {
+        "prompts": audit.prompts,
+        "tokens": audit.tokens,
+        "rewards": [
+            {"name": r.label, "weight": r.weight, "audited": r.audited, "failures": [list(f) for f in r.failures]}
+            for r in audit.rewards
+        ],
+        "right_answer_total": audit.good_mean,
+        "probes": [
+            {
+                "probe": row.scored.probe.name,
+                "kind": row.scored.probe.kind,
+                "prompts": row.prompts,
+                "rewards": dict(zip((r.label for r in audit.rewards), row.means)),
+                "share_of_right": row.share_of_good,
+                "paid_share" if row.scored.probe.kind != "good" else "unpaid_share": row.paid_share,
+                "flagged": row.flagged,
+            }
+            for row in audit.rows
+        ],
+        "best_rule": None if best is None else {"rule": best.scored.probe.name, "share": best.paid_share},
+        "findings": [
+            {"kind": f.kind, "probe": f.probe, "reward": f.reward, "share": f.share, "line": f.line}
+            for f in audit.findings
+        ],
+    }
