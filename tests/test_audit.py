@@ -70,7 +70,7 @@ def audit_of(tmp_path: Path, rewards: list[dict], rows: int = 100, **data):
 def kinds(audit) -> dict[str, set[str]]:
     out: dict[str, set[str]] = {}
     for f in audit.findings:
-        out.setdefault(f.kind, set()).add(f.probe)
+        out.setdefault(f.kind, set()).update(f.probes or [""])
     return out
 
 
@@ -87,17 +87,18 @@ def test_the_demo_audit_prints_its_table_in_seconds_and_names_the_trivial_rules(
 # What each built-in reward, alone, is expected to be caught at on the generated arithmetic problems (the audit's
 # own probe names), and what it must not be caught at.
 EXPECTED = {
-    # the last number against the reference: only the task's own shortcuts (a third of the problems are sums)
+    # the last number against the reference: only the task's own shortcuts (a third of the problems are sums),
+    # which every reward that can tell right from wrong shows
     "correctness": ({"shortcut": {"rule: sum"}}, {"false_pass", "false_fail"}),
-    # any whole number is paid: the prompt's numbers, hedges, constants
-    "integer": ({"false_pass": {"echo", "two answers"}, "shortcut": {"always `0`"}}, {"false_fail"}),
+    # any whole number is paid: a wrong one, the prompt's numbers, hedges, constants
+    "integer": ({"false_pass": {"wrong answer", "echo", "two answers", "always `0`"}}, {"false_fail"}),
     # form checks with no <reasoning> or <think> in any known-good reply: nothing right is paid
     "strict_format": ({"blind": {""}}, set()),
     "soft_format": ({"blind": {""}}, set()),
     "think_format": ({"blind": {""}}, set()),
     # the tags are paid whatever is inside them
     "xml_count": ({"false_pass": {"format, no answer", "nan"}}, set()),
-    "answer_tag": ({"shortcut": {"always `0`"}}, set()),
+    "answer_tag": ({"false_pass": {"wrong answer", "always `0`"}}, set()),
     # `####` asked by the reward, <answer> by the data: the reference in the data's format is not paid
     "hashes_format": ({"false_fail": {"reference"}}, {"false_pass"}),
     "marked_correctness": ({"false_fail": {"reference"}}, {"false_pass"}),
@@ -140,9 +141,9 @@ def test_a_substring_reward_is_flagged_for_paying_a_list_of_answers(tmp_path):
     result = runner.invoke(app, ["audit", str(path), "--strict", "--json"])
     assert result.exit_code == 1, result.output
     findings = json.loads(result.output)["findings"]
-    hedges = [f for f in findings if f["probe"] == "twenty answers"]
+    hedges = [f for f in findings if "twenty answers" in f["probes"]]
     assert hedges and hedges[0]["kind"] == "false_pass" and hedges[0]["share"] == 1.0
-    assert "mine.py:contains" in hedges[0]["line"] and "not as a substring" in hedges[0]["line"]
+    assert hedges[0]["rewards"] == [f"{tmp_path}/mine.py:contains"] and "not as a substring" in hedges[0]["line"]
 
 
 @pytest.mark.parametrize(
@@ -197,5 +198,26 @@ def test_the_audit_figures_in_docs_rewards_are_the_commands(tmp_path):
     quoted = dict(re.findall(r"\| `([^`]+)` \| (\d+)% \|", page.split("<!-- audit:demo -->")[1]))
     assert quoted
     result = runner.invoke(app, ["audit", str(ROOT / "recipes" / "demo.yaml"), "--json"])
-    shares = {p["probe"]: p.get("paid_share", p.get("unpaid_share")) for p in json.loads(result.output)["probes"]}
+    probes = json.loads(result.output)["probes"]
+    shares = {
+        p["probe"]: p["right_share"] if p["kind"] == "strategy" else p.get("paid_share", p.get("unpaid_share"))
+        for p in probes
+    }
     assert {probe: f"{100 * shares[probe]:.0f}" for probe in quoted} == quoted
+
+
+def test_the_shortcut_report_gives_the_trivial_rules_accuracy_beside_the_majority_baseline():
+    from grpo_cli.eval.shortcuts import report_lines, shortcut_report
+
+    questions = ["Ava has 5 apples and gets 3 more.", "Ben has 9 pens and gives away 4.", "A box holds 2 rows of 6."]
+    golds = ["8", "5", "12"]
+    records = [
+        {"question": q, "gold": g, "completion": "7", "correct": {"correctness": 0.0}} for q, g in zip(questions, golds)
+    ]
+    report = shortcut_report(records, "correctness")
+    rules = report["trivial_rules"]
+    assert rules["accuracy"]["sum"] == pytest.approx(1 / 3) and rules["accuracy"]["difference"] == pytest.approx(1 / 3)
+    assert rules["accuracy"]["product"] == pytest.approx(1 / 3) and rules["accuracy"]["first number"] == 0
+    assert any(
+        line.startswith("trivial rules of the question's numbers: first number 0.0%") for line in report_lines(report)
+    )

@@ -160,8 +160,11 @@ def test_preflight_reports_the_constant_answers_and_warns_when_one_out_earns_the
         f"answering `no` to everything earns 0.75; the base model earns {normalized_match['mean']:.2f}"
     )
     assert warning in [a["reason"] for a in data["advice"]]
+    shortcut = [f for f in data["audit"]["findings"] if f["kind"] == "shortcut"]  # the reward audit, first section
+    assert shortcut and shortcut[0]["probes"][0] == "always `no` (commonest)" and shortcut[0]["share"] == 0.75
 
     human = CliRunner().invoke(app, ["preflight", str(recipe), "--prompts", "2"])
     assert human.exit_code == 0, human.output
     assert "constant answers to every prompt earn `no` 0.75, `yes` 0.25" in human.stdout
+    assert human.stdout.startswith("rewards  audit of 16 training prompts: 1 finding(s)")
     assert "advice answering `no` to everything earns 0.75" in " ".join(human.stdout.split())

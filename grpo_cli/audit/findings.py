@@ -6,7 +6,7 @@ of prompts and the fix."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from statistics import fmean
 
 from grpo_cli.audit.scoring import AuditedReward, ScoredProbe
@@ -19,6 +19,7 @@ STRATEGY_SHARE = 0.10
 
 FIXES = {
     "silent": "it pays a reply that gives no answer",
+    "wrong": "it pays a wrong answer: compare the reply's final answer with the reference",
     "echo": "it pays the prompt repeated back: pay only an answer the reply marks (marked_correctness, or a verifier "
     "that reads only <answer> or ####)",
     "hedge": "it pays a reply that lists several answers: read one final answer (the marked one, else the last) and "
@@ -32,7 +33,8 @@ FIXES = {
     "": "it fails right answers: check data.answer_column and data.answer_format against what the reward reads",
 }
 FORM_FIX = (
-    "it pays form or length whatever the answer: lower its weight until such a reply earns under half of a right one"
+    "what pays here is form or length, whatever the answer: lower those weights until such a reply earns under half "
+    "of a right one"
 )
 
 
@@ -40,23 +42,29 @@ FORM_FIX = (
 class ProbeRow:
     scored: ScoredProbe
     prompts: int  # examples where the probe was built and a known-good reply earns something
-    paid_share: float  # of those, where it earns at least HALF of the known-good total (a good probe: under HALF)
+    # of those, where it earns at least HALF of the known-good total (a good probe: under HALF; a strategy: while
+    # its answer is wrong, out of the prompts where it is wrong)
+    paid_share: float
     share_of_good: float  # its mean total as a share of the known-good total
     means: list[float | None]  # per reward, its mean value
+    right_share: float | None = None  # a strategy: the share of prompts where its answer is the reference
 
     @property
     def flagged(self) -> bool:
-        limit = STRATEGY_SHARE if self.scored.probe.kind == "strategy" else FINDING_SHARE
-        return self.prompts > 0 and self.paid_share >= limit
+        return self.prompts > 0 and self.paid_share >= FINDING_SHARE
+
+    @property
+    def shortcut(self) -> bool:
+        return self.right_share is not None and self.right_share >= STRATEGY_SHARE
 
 
 @dataclass
 class Finding:
     kind: str  # false_pass, false_fail, shortcut, blind, failure
     line: str
-    probe: str = ""
-    reward: str = ""
-    share: float = 0.0
+    probes: list[str] = field(default_factory=list)
+    rewards: list[str] = field(default_factory=list)  # the rewards that paid (a false pass)
+    share: float = 0.0  # the largest share of prompts among its probes
 
 
 def good_totals(scored: list[ScoredProbe]) -> list[float]:
@@ -70,21 +78,26 @@ def probe_rows(scored: list[ScoredProbe], good: list[float]) -> list[ProbeRow]:
     rows = []
     for s in scored:
         at = [i for i, t in enumerate(s.totals) if t is not None and good[i] > 0]
+        right = s.probe.right
+        wrong = [i for i in at if not right[i]] if right is not None else at
         if s.probe.kind == "good":
             hits = [i for i in at if s.totals[i] < HALF * good[i]]
         else:
-            hits = [i for i in at if s.totals[i] >= HALF * good[i]]
+            hits = [i for i in wrong if s.totals[i] >= HALF * good[i]]
         share_of_good = fmean(s.totals[i] / good[i] for i in at) if at else 0.0
         means = [_mean(v) for v in s.values]
-        rows.append(ProbeRow(s, len(at), len(hits) / len(at) if at else 0.0, share_of_good, means))
+        base = at if s.probe.kind == "good" else wrong
+        right_share = sum(right[i] for i in at) / len(at) if right is not None and at else None
+        rows.append(ProbeRow(s, len(at), len(hits) / len(base) if base else 0.0, share_of_good, means, right_share))
     return rows
 
 
 def findings(rows: list[ProbeRow], rewards: list[AuditedReward], good: list[float]) -> list[Finding]:
-    """One finding per reward failure, per flagged probe, and one when no known-good reply earns anything."""
+    """One finding per failing reward, per group of replies the same rewards pay for the same reason, per known-good
+    reply not paid, one for the strategies that are right, and one when no known-good reply earns anything."""
     out = [
         Finding(
-            "failure", f"`{r.label}` on the `{probe}` probe: {said}; training stops on such a reply", probe, r.label
+            "failure", f"`{r.label}` on the `{probe}` probe: {said}; training stops on such a reply", [probe], [r.label]
         )
         for r in rewards
         for probe, said in r.failures[:1]
@@ -99,38 +112,70 @@ def findings(rows: list[ProbeRow], rewards: list[AuditedReward], good: list[floa
         )
         return out
     reference = next((row for row in rows if row.scored.probe.name == "reference"), None)
-    silent = next((row for row in rows if row.scored.probe.name == "empty"), None)
+    silent = next((row for row in rows if row.scored.probe.name == "wrong answer"), None)
     for row in rows:
-        if row.flagged:
-            out.append(_finding(row, rewards, good, reference, silent))
+        if row.flagged and row.scored.probe.kind == "good":
+            probe = row.scored.probe
+            share = f"{100 * row.paid_share:.0f}% of {row.prompts} prompts"
+            line = f"{probe.why} earns under half of a right answer on {share}: {FIXES[probe.category]}"
+            out.append(Finding("false_fail", line, [probe.name], [], row.paid_share))
+    out += _false_passes([r for r in rows if r.flagged and r.scored.probe.kind != "good"], rewards, reference, silent)
+    shortcuts = sorted((r for r in rows if r.shortcut), key=lambda r: -r.right_share)
+    if shortcuts:
+        said = ", ".join(f"{r.scored.probe.why} {100 * r.right_share:.0f}%" for r in shortcuts)
+        line = f"right without solving, on this share of {shortcuts[0].prompts} prompts: {said}: {FIXES['rule']}"
+        out.append(Finding("shortcut", line, [r.scored.probe.name for r in shortcuts], [], shortcuts[0].right_share))
     return out
 
 
-def _finding(row: ProbeRow, rewards, good, reference: ProbeRow | None, silent: ProbeRow | None) -> Finding:
-    probe = row.scored.probe
-    share = f"{100 * row.paid_share:.0f}% of {row.prompts} prompts"
-    if probe.kind == "good":
-        line = f"{probe.why} earns under half of a right answer on {share}: {FIXES[probe.category]}"
-        return Finding("false_fail", line, probe.name, "", row.paid_share)
-    weighted = [(r.weight * (m or 0.0), r) for r, m in zip(rewards, row.means)]
-    paid, reward = max(weighted, key=lambda pair: pair[0])
-    good_mean = fmean(good)
-    if probe.kind == "strategy":
-        kind, text = "shortcut", f"{probe.why} earns at least half of a right answer on {share}"
-    else:
-        kind, text = "false_pass", f"`{reward.label}` pays {probe.why} {paid:.2g} of {good_mean:.2g} on {share}"
-    if probe.kind == "strategy":
-        fix = FIXES[probe.category]
-    else:
-        fix = _fix(probe.category, rewards.index(reward), reference, silent)
-    return Finding(kind, f"{text}: {fix}", probe.name, reward.label, row.paid_share)
+def _false_passes(rows: list[ProbeRow], rewards, reference, silent) -> list[Finding]:
+    """Known-bad replies and wrong strategies that are paid, grouped by the rewards that pay them and the fix."""
+    groups: dict[tuple, list[tuple[ProbeRow, float]]] = {}
+    for row in rows:
+        weighted = sorted(
+            ((r.weight * (m or 0.0), i) for i, (r, m) in enumerate(zip(rewards, row.means))), reverse=True
+        )
+        total = sum(paid for paid, _ in weighted)
+        payers = tuple(i for paid, i in weighted if paid > 0.1 * total)  # a tenth of it: not a right answer's odd pay
+        if not payers:
+            continue
+        category = "wrong" if row.scored.probe.kind == "strategy" else row.scored.probe.category
+        fix = _fix(category, payers[0], reference, silent)
+        groups.setdefault((payers, fix), []).append((row, sum(paid for paid, _ in weighted)))
+    out = []
+    for (payers, fix), members in groups.items():
+        names = ", ".join(f"`{rewards[i].label}`" for i in payers)
+        verb = "pays" if len(payers) == 1 else "pay"
+        said = ", ".join(f"{row.scored.probe.why} on {100 * row.paid_share:.0f}%" for row, _ in members)
+        paid = max(p for _, p in members)
+        good = reference_total(rewards, reference)
+        line = f"{names} {verb} up to {paid:.2g} of a right answer's {good:.2g} to {said} of prompts: {fix}"
+        share = max(row.paid_share for row, _ in members)
+        out.append(
+            Finding(
+                "false_pass",
+                line,
+                [row.scored.probe.name for row, _ in members],
+                [rewards[i].label for i in payers],
+                share,
+            )
+        )
+    return out
 
 
-def _fix(category: str, index: int, reference: ProbeRow | None, silent: ProbeRow | None) -> str:
-    """A reward that pays an empty reply as much as the reference answer checks form or length, not answers."""
+def reference_total(rewards, reference: ProbeRow | None) -> float:
+    """What the reference answer earns on average, weighted."""
+    if reference is None:
+        return 0.0
+    return sum(r.weight * (m or 0.0) for r, m in zip(rewards, reference.means))
+
+
+def _fix(category: str, index: int, reference: ProbeRow | None, wrong: ProbeRow | None) -> str:
+    """A reward that pays a wrong answer in the asked format as much as the reference checks form or length, not
+    answers: the fix is its weight, not its reading."""
     right = reference.means[index] if reference else None
-    empty = silent.means[index] if silent else None
-    checks_answers = right is not None and (empty is None or right > empty)
+    paid_wrong = wrong.means[index] if wrong else None
+    checks_answers = right is not None and (paid_wrong is None or right > paid_wrong)
     return FIXES[category] if checks_answers else FORM_FIX
 
 

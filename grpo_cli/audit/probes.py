@@ -34,6 +34,7 @@ class Probe:
     forms: list[list[str]]  # per example: the replies tried (none: not built for that example)
     pick: str = "max"  # per example, the form that counts: max or min (see the module docstring)
     category: str = ""  # which fix a finding on it gets: silent, echo, hedge, hostile, constant, rule, variant
+    right: list[bool] | None = None  # a strategy: per example, whether its answer is the reference
 
 
 def answer_forms(answer: str, data) -> list[str]:
@@ -122,6 +123,13 @@ def _bad(answers: list[str], questions: list[str], pool: list[str], data) -> lis
             category="silent",
         ),
         Probe("padding", "bad", "10,000 characters of padding", [[padding] for _ in answers], category="silent"),
+        Probe(
+            "wrong answer",
+            "bad",
+            "a wrong answer",
+            [[marked(w[0], data)] if w else [] for w in wrongs],
+            category="wrong",
+        ),
         Probe("echo", "bad", "the prompt echoed", [[q] for q in questions], category="echo"),
         Probe(
             "prompt's numbers",
@@ -171,20 +179,36 @@ def _strategies(answers: list[str], questions: list[str], data) -> list[Probe]:
     constants = [commonest] if commonest else []
     constants += [c for c in CONSTANTS if all(normalize_text(c) != normalize_text(k) for k in constants)]
     probes = [
-        Probe(
+        _strategy(
             f"always `{c}`" + (" (commonest)" if c == commonest else ""),
-            "strategy",
             f"the constant answer `{c}`",
-            [answer_forms(c, data) for _ in answers],
-            category="constant",
+            [c] * len(answers),
+            answers,
+            data,
+            "constant",
         )
         for c in constants
     ]
     per_question = [rule_answers(q) for q in questions]
     for rule in RULES:
-        forms = [answer_forms(r[rule], data) if r[rule] is not None else [] for r in per_question]
-        probes.append(Probe(f"rule: {rule}", "strategy", SAID[rule], forms, category="rule"))
+        given = [r[rule] for r in per_question]
+        probes.append(_strategy(f"rule: {rule}", SAID[rule], given, answers, data, "rule"))
     return [p for p in probes if any(p.forms)]
+
+
+def _strategy(name: str, why: str, given: list[str | None], answers: list[str], data, category: str) -> Probe:
+    """A strategy's answer per example, bare and marked, and whether it is the reference."""
+    forms = [answer_forms(g, data) if g is not None and a else [] for g, a in zip(given, answers)]
+    right = [g is not None and same_answer(g, a) for g, a in zip(given, answers)]
+    return Probe(name, "strategy", why, forms, category=category, right=right)
+
+
+def same_answer(given: str, reference: str) -> bool:
+    """Equal as numbers when both are, else after SQuAD's normalisation."""
+    a, b = to_number(given), to_number(reference)
+    if a is not None and b is not None:
+        return abs(a - b) <= 1e-6 * max(1.0, abs(b))
+    return normalize_text(given) == normalize_text(reference)
 
 
 def _each(answers: list[str], data, change, only: list[bool] | None = None) -> list[list[str]]:

@@ -34,14 +34,15 @@ class Audit:
 
     def best_rule(self) -> ProbeRow | None:
         rules = [r for r in self.rows if r.scored.probe.category == "rule" and r.prompts]
-        return max(rules, key=lambda r: r.paid_share) if rules else None
+        return max(rules, key=lambda r: r.right_share or 0.0) if rules else None
 
     def summary_line(self) -> str | None:
         """One line for `grpo train` and preflight when something was found; None otherwise."""
         if not self.findings:
             return None
         named = [
-            f"{f.kind.replace('_', ' ')}" + (f" `{f.probe}` {100 * f.share:.0f}%" if f.probe else "")
+            f"{f.kind.replace('_', ' ')}"
+            + (f" ({', '.join(f.probes[:3])}{', ...' if len(f.probes) > 3 else ''})" if f.probes else "")
             for f in self.findings
         ]
         return f"reward audit: {len(named)} finding(s): {'; '.join(named)}"

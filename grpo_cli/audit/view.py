@@ -24,31 +24,35 @@ def print_audit(console, audit: Audit, source: str) -> None:
     table.add_column("total", justify="right")
     table.add_column("of right", justify="right")
     table.add_column("paid >= half", justify="right")
+    table.add_column("right", justify="right")
     for row in audit.rows:
         probe = row.scored.probe
         cells = ["-" if m is None else f"{m:.2f}" for m in row.means]
         paid = f"{100 * row.paid_share:.0f}%"
         if probe.kind == "good":
             paid = f"{100 * (1 - row.paid_share):.0f}%"
-        style = "bold red" if row.flagged and probe.kind != "strategy" else ("yellow" if row.flagged else None)
+        style = "bold red" if row.flagged else ("yellow" if row.shortcut else None)
+        right = "" if row.right_share is None else f"{100 * row.right_share:.0f}%"
         total = sum(r.weight * (m or 0.0) for r, m in zip(audit.rewards, row.means))
         table.add_row(
-            probe.name, KINDS[probe.kind], *cells, f"{total:.2f}", f"{row.share_of_good:.2f}", paid, style=style
+            probe.name, KINDS[probe.kind], *cells, f"{total:.2f}", f"{row.share_of_good:.2f}", paid, right, style=style
         )
     console.print(table)
     console.print(
         f"{audit.prompts} training prompts of {source}; good: known-good replies, bad: known-bad ones, strategy: "
         f"an answer that never reads the problem. A right answer earns {audit.good_mean:.2f} on average; "
-        f"'paid >= half': the prompts where the reply earns at least half of a right answer (lengths in "
-        f"{audit.tokens}). A finding: a known-bad reply paid (or a known-good one not paid) on "
-        f"{100 * FINDING_SHARE:.0f}% of prompts or more, a strategy on {100 * STRATEGY_SHARE:.0f}%."
+        f"'paid >= half': the prompts where the reply earns at least half of a right answer (a strategy: of those "
+        f"where its answer is wrong; 'right': where it is the reference; lengths in {audit.tokens}). A finding: "
+        f"a known-bad reply or a wrong strategy paid (or a known-good reply not paid) on "
+        f"{100 * FINDING_SHARE:.0f}% of prompts or more, a strategy right on {100 * STRATEGY_SHARE:.0f}%."
     )
     for label in audit.not_audited:
         console.print(f"not audited: `{label}` is a model; add --models to load it and score the probes")
     best = audit.best_rule()
     if best is not None:
         console.print(
-            f"trivial rules: the best, {best.scored.probe.why}, is right on {100 * best.paid_share:.0f}% of prompts"
+            f"trivial rules: the best, {best.scored.probe.why}, is right on "
+            f"{100 * (best.right_share or 0):.0f}% of prompts"
         )
     for finding in audit.findings:
         console.print(f"[bold]{finding.kind.replace('_', ' ')}[/bold]: {finding.line}", highlight=False)
@@ -75,12 +79,13 @@ def audit_json(audit: Audit) -> dict[str, Any]:
                 "share_of_right": row.share_of_good,
                 "paid_share" if row.scored.probe.kind != "good" else "unpaid_share": row.paid_share,
                 "flagged": row.flagged,
+                "right_share": row.right_share,
             }
             for row in audit.rows
         ],
-        "best_rule": None if best is None else {"rule": best.scored.probe.name, "share": best.paid_share},
+        "best_rule": None if best is None else {"rule": best.scored.probe.name, "share": best.right_share},
         "findings": [
-            {"kind": f.kind, "probe": f.probe, "reward": f.reward, "share": f.share, "line": f.line}
+            {"kind": f.kind, "probes": f.probes, "rewards": f.rewards, "share": f.share, "line": f.line}
             for f in audit.findings
         ],
     }
