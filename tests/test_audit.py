@@ -64,7 +64,8 @@ def recipe_file(tmp_path: Path, rewards: list[dict], **data) -> Path:
 
 def audit_of(tmp_path: Path, rewards: list[dict], rows: int = 100, **data):
     recipe = Recipe.model_validate(yaml.safe_load(recipe_file(tmp_path, rewards, **data).read_text()))
-    return audit_rewards(recipe.data, recipe.rewards, recipe.model, recipe.training.seed, rows=rows)
+    budget = recipe.grpo.max_completion_length
+    return audit_rewards(recipe.data, recipe.rewards, recipe.model, recipe.training.seed, budget, rows=rows)
 
 
 def kinds(audit) -> dict[str, set[str]]:
@@ -221,3 +222,12 @@ def test_the_shortcut_report_gives_the_trivial_rules_accuracy_beside_the_majorit
     assert any(
         line.startswith("trivial rules of the question's numbers: first number 0.0%") for line in report_lines(report)
     )
+
+
+def test_docs_rewards_tables_every_kind_of_finding():
+    from grpo_cli.audit.findings import KINDS
+
+    page = (ROOT / "docs" / "rewards.md").read_text(encoding="utf-8")
+    assert re.findall(r"^\| `(\w+)` \| ", page.split("## Auditing the rewards")[1], re.M)[: len(KINDS)] == list(KINDS)
+    source = (ROOT / "grpo_cli" / "audit" / "findings.py").read_text(encoding="utf-8")
+    assert set(re.findall(r'Finding\(\s*"(\w+)"', source)) == set(KINDS)

@@ -69,7 +69,7 @@ def test_train_warns_before_loading_when_the_plan_exceeds_free_ram(tmp_path, tin
     assert (
         "warning: the plan expects a peak RSS of" in result.output and "the kernel may stop this run" in result.output
     )
-    assert "reward audit: 1 finding(s): shortcut (rule: " in result.output  # the start's audit line: a third are sums
+    assert "reward audit: " in result.output and "shortcut (rule: " in result.output  # a third of the problems are sums
 
 
 @pytest.mark.slow  # a real training step

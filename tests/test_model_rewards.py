@@ -328,3 +328,17 @@ def test_preflight_times_scoring_as_its_own_phase(tmp_path, reward_model, tiny_l
     data = json.loads(result.stdout)
     assert 0 < data["scoring_s"] <= data["generation_s"] <= data["step_s"]
     assert [r["name"] for r in data["rewards"]] == ["correctness", reward_model.name]
+
+
+def test_the_audit_scores_reward_models_and_judges_only_with_models(tmp_path, tiny_llama, reward_model):
+    judge = {"judge": {"model": str(tiny_llama), "prompt": JUDGE_PROMPT}, "weight": 0.5}
+    rewards = [{"name": "correctness"}, {"model": str(reward_model), "name": "rm", "weight": 0.5}, judge]
+    recipe = write_recipe(tmp_path, tiny_llama, rewards=rewards)
+    without = json.loads(runner.invoke(app, ["audit", str(recipe), "--json", "--rows", "4"]).stdout)
+    assert [r["audited"] for r in without["rewards"]] == [True, False, False]
+    result = runner.invoke(app, ["audit", str(recipe), "--json", "--rows", "4", "--models"])
+    assert result.exit_code == 0, result.output
+    audited = json.loads(result.stdout)
+    assert [r["audited"] for r in audited["rewards"]] == [True, True, True] and audited["prompts"] == 4
+    reference = next(p for p in audited["probes"] if p["probe"] == "reference")
+    assert all(isinstance(reference["rewards"][name], float) for name in ("rm", f"judge_{tiny_llama.name}"))

@@ -11,6 +11,7 @@ from statistics import fmean
 
 from grpo_cli.audit.scoring import AuditedReward, ScoredProbe
 
+KINDS = ("false_pass", "false_fail", "shortcut", "indifferent", "blind", "failure")  # docs/rewards.md tables them
 HALF = 0.5  # of the known-good total: a reply earning this much is paid as if it were half right
 FINDING_SHARE = 0.05  # of the prompts: a known-bad reply paid (or a known-good one not paid) this often is a finding
 # A strategy is right by chance now and then (the commonest answer is some share of the references): a finding
@@ -60,7 +61,7 @@ class ProbeRow:
 
 @dataclass
 class Finding:
-    kind: str  # false_pass, false_fail, shortcut, blind, failure
+    kind: str  # false_pass, false_fail, shortcut, indifferent, blind, failure
     line: str
     probes: list[str] = field(default_factory=list)
     rewards: list[str] = field(default_factory=list)  # the rewards that paid (a false pass)
@@ -119,6 +120,7 @@ def findings(rows: list[ProbeRow], rewards: list[AuditedReward], good: list[floa
             share = f"{100 * row.paid_share:.0f}% of {row.prompts} prompts"
             line = f"{probe.why} earns under half of a right answer on {share}: {FIXES[probe.category]}"
             out.append(Finding("false_fail", line, [probe.name], [], row.paid_share))
+    out += _indifferent(rewards, reference, silent)
     out += _false_passes([r for r in rows if r.flagged and r.scored.probe.kind != "good"], rewards, reference, silent)
     shortcuts = sorted((r for r in rows if r.shortcut), key=lambda r: -r.right_share)
     if shortcuts:
@@ -160,6 +162,22 @@ def _false_passes(rows: list[ProbeRow], rewards, reference, silent) -> list[Find
                 share,
             )
         )
+    return out
+
+
+def _indifferent(rewards, reference: ProbeRow | None, wrong: ProbeRow | None) -> list[Finding]:
+    """A reward model or judge that pays a wrong answer in the asked format as much as the reference: whatever it
+    scores, it is not whether the answer is right."""
+    out = []
+    for index, reward in enumerate(rewards):
+        right = reference.means[index] if reference else None
+        paid_wrong = wrong.means[index] if wrong else None
+        if reward.is_model and right is not None and paid_wrong is not None and right <= paid_wrong:
+            line = (
+                f"`{reward.label}` pays a wrong answer {paid_wrong:.2f} and the reference {right:.2f}: it does not "
+                "tell a right answer from a wrong one; give it a stronger model, or its weight only beside a verifier"
+            )
+            out.append(Finding("indifferent", line, ["reference", "wrong answer"], [reward.label], 1.0))
     return out
 
 

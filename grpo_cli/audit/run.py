@@ -16,6 +16,7 @@ from grpo_cli.recipe.schema import DataSection, ModelSection
 from grpo_cli.recipe.user_code import RewardSpec
 
 AUDIT_ROWS = 200  # training prompts probed: a share of prompts to the percent, cheap for a user's slow reward
+MODEL_ROWS = 32  # with reward models or judges scored: each probe is a forward pass per batch on their weights
 TRAIN_ROWS = 64  # at the start of `grpo train`: enough to see a finding, a fraction of a second on the built-ins
 
 
@@ -53,17 +54,19 @@ def audit_rewards(
     rewards: list[RewardSpec],
     model: ModelSection,
     seed: int,
+    budget: int,
     with_models: bool = False,
     rows: int = AUDIT_ROWS,
 ) -> Audit:
-    """Probe the rewards on the first `rows` training examples (shuffled with the training `seed`). Reward models and
-    judges are scored only `with_models` (they load weights); otherwise they are listed as not audited."""
+    """Probe the rewards on the first `rows` training examples (shuffled with the training `seed`), each reply cut to
+    the completion `budget` in tokens (grpo.max_completion_length) as training cuts it. Reward models and judges are
+    scored only `with_models` (they load weights); otherwise they are listed as not audited."""
     examples, solutions = training_examples(data, seed, rows)
     audited = audited_rewards(rewards, model, with_models)
-    count, tokens = token_counter(model)
+    encode, tokens = encoder(model, budget)
     if not examples:
         return Audit(0, audited, tokens=tokens)
-    scored = score_probes(build_probes(examples, solutions, data), examples, audited, data.chat, count)
+    scored = score_probes(build_probes(examples, solutions, data), examples, audited, data.chat, encode)
     good = good_totals(scored)
     table = probe_rows(scored, good)
     return Audit(len(examples), audited, table, findings(table, audited, good), sum(good) / len(good), tokens)
@@ -99,24 +102,36 @@ def audited_rewards(rewards: list[RewardSpec], model: ModelSection, with_models:
             func = reward_functions([spec], model)[0]
         else:
             func = resolve_reward(spec.name, spec.kwargs)
-        out.append(AuditedReward(spec.name, spec.weight, func, spec.timeout_s))
+        out.append(AuditedReward(spec.name, spec.weight, func, spec.timeout_s, is_model=is_model))
     return out
 
 
-def token_counter(model: ModelSection):
-    """How replies' lengths reach the rewards as completion_ids: the model's tokenizer when it loads without torch
-    (plan/light_tokenizer.py), else one id per whitespace word, a fair stand-in. Takes a list of texts."""
+def encoder(model: ModelSection, budget: int):
+    """Replies as training hands them to the rewards: at most `budget` tokens, with their token ids. The model's
+    tokenizer when it loads without torch (plan/light_tokenizer.py), else whitespace words stand in for tokens."""
     from grpo_cli.plan.light_tokenizer import light_tokenizer
 
     tokenizer = light_tokenizer(model)
     if tokenizer is None:
-        return (lambda texts: [list(range(len(t.split()))) for t in texts]), "words"
-    return (lambda texts: tokenizer(texts, add_special_tokens=False)["input_ids"] if texts else []), "tokens"
+
+        def by_words(texts: list[str]) -> tuple[list[str], list[list[int]]]:
+            words = [t.split() for t in texts]
+            cut = [t if len(w) <= budget else " ".join(w[:budget]) for t, w in zip(texts, words)]
+            return cut, [list(range(min(len(w), budget))) for w in words]
+
+        return by_words, "words"
+
+    def by_tokens(texts: list[str]) -> tuple[list[str], list[list[int]]]:
+        ids = tokenizer(texts, add_special_tokens=False)["input_ids"] if texts else []
+        cut = [t if len(i) <= budget else tokenizer.decode(i[:budget]) for t, i in zip(texts, ids)]
+        return cut, [i[:budget] for i in ids]
+
+    return by_tokens, "tokens"
 
 
-def start_lines(data: DataSection, rewards: list[RewardSpec], model: ModelSection, seed: int) -> list[str]:
+def start_lines(data: DataSection, rewards: list[RewardSpec], model: ModelSection, seed: int, budget: int) -> list[str]:
     """`grpo train`'s line when the audit (on TRAIN_ROWS prompts, the models left out) finds something."""
     if not rewards or not data.answer_column:
         return []
-    line = audit_rewards(data, rewards, model, seed, rows=TRAIN_ROWS).summary_line()
+    line = audit_rewards(data, rewards, model, seed, budget, rows=TRAIN_ROWS).summary_line()
     return [f"{line} (the table: grpo audit RECIPE)"] if line else []

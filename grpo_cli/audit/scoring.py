@@ -29,6 +29,7 @@ class AuditedReward:
     timeout_s: float | None = None
     failures: list[tuple[str, str]] = field(default_factory=list)  # (probe, what happened), in order
     stopped: bool = False  # ran out of time: not called again
+    is_model: bool = False  # a reward model or judge, which is meant to tell a right answer from a wrong one
 
     @property
     def audited(self) -> bool:
@@ -40,20 +41,25 @@ def score_probes(
     examples: list[dict[str, Any]],
     rewards: list[AuditedReward],
     chat: bool,
-    count_tokens: Callable[[list[str]], list[list[int]]],
+    encode: Callable[[list[str]], tuple[list[str], list[list[int]]]],
 ) -> list[ScoredProbe]:
-    """Score each probe's forms with each audited reward and keep, per example, the form its `pick` chooses."""
+    """Score each probe's forms with each audited reward and keep, per example, the form its `pick` chooses.
+    `encode`: the replies as training would hand them over (cut to the completion budget) and their token ids."""
     columns = {k: [e.get(k) for e in examples] for k in examples[0] if k != "prompt"} if examples else {}
-    return [_score(probe, examples, columns, rewards, chat, count_tokens) for probe in probes]
+    return [_score(probe, examples, columns, rewards, chat, encode) for probe in probes]
 
 
-def _score(probe, examples, columns, rewards, chat, count_tokens) -> ScoredProbe:
+def _score(probe, examples, columns, rewards, chat, encode) -> ScoredProbe:
     flat = [(i, text) for i, forms in enumerate(probe.forms) for text in forms]
+    texts, ids = encode([t for _, t in flat])
+    if probe.kind == "good":  # a right answer longer than the budget is not one training can give: left out
+        kept = [j for j, (_, text) in enumerate(flat) if texts[j] == text]
+        flat, texts, ids = [flat[j] for j in kept], [texts[j] for j in kept], [ids[j] for j in kept]
     rows = [i for i, _ in flat]
     batch = {
         "prompts": [examples[i]["prompt"] for i in rows],
-        "completions": [[{"role": "assistant", "content": t}] if chat else t for _, t in flat],
-        "completion_ids": count_tokens([t for _, t in flat]),
+        "completions": [[{"role": "assistant", "content": t}] if chat else t for t in texts],
+        "completion_ids": ids,
         **{k: [v[i] for i in rows] for k, v in columns.items()},
     }
     per_reward = [_call(reward, probe.name, batch, len(flat)) for reward in rewards]
@@ -82,7 +88,9 @@ def _call(reward: AuditedReward, probe: str, batch: dict[str, Any], count: int) 
     try:
         return guarded(**batch)
     except RewardFailure as exc:
-        said = str(exc)
-        reward.stopped = "took longer than" in said
-        reward.failures.append((probe, said.replace(f"reward `{reward.label}` ", "", 1)))
+        said = str(exc).replace(f"reward `{reward.label}` ", "", 1)
+        reward.stopped = said.startswith("took longer than")
+        if reward.stopped and reward.timeout_s is None:
+            said = f"took longer than the audit's {AUDIT_TIMEOUT_S:g} s a call (its recipe entry sets no timeout_s)"
+        reward.failures.append((probe, said))
         return [None] * count

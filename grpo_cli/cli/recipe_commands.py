@@ -211,7 +211,8 @@ def preflight(
         loaded = load_recipe(recipe, overrides, scope="preflight")
         quiet_libraries()
         _check_references(loaded)
-        audit = audit_rewards(loaded.data, loaded.rewards, loaded.model, loaded.training.seed)  # seconds, no model
+        budget = loaded.grpo.max_completion_length
+        audit = audit_rewards(loaded.data, loaded.rewards, loaded.model, loaded.training.seed, budget)  # no model
         with PhaseLines(console, "loading the model...") as show:
             result = run_preflight(loaded, steps, prompts, gpu, hours, show=show, own_process=own_process(ctx))
         result.audit = audit
@@ -236,19 +237,23 @@ def audit(
     models: Annotated[
         bool, typer.Option("--models", help="Also score with the reward models and judges (loads their weights).")
     ] = False,
-    rows: Annotated[int, typer.Option("--rows", min=1, help="Training prompts to probe.")] = 200,
+    rows: Annotated[
+        int | None, typer.Option("--rows", min=1, help="Training prompts to probe (default 200; 32 with --models).")
+    ] = None,
 ) -> None:
     """Ask the recipe's rewards what they pay right answers, wrong-on-purpose replies and trivial rules, before any
     weight loads."""
     from rich.console import Console
 
-    from grpo_cli.audit.run import audit_rewards
+    from grpo_cli.audit.run import AUDIT_ROWS, MODEL_ROWS, audit_rewards
     from grpo_cli.audit.view import audit_json, print_audit
     from grpo_cli.recipe.validation import load_recipe
 
     with user_errors(as_json):
         loaded = load_recipe(recipe, overrides, scope="audit")
-        result = audit_rewards(loaded.data, loaded.rewards, loaded.model, loaded.training.seed, models, rows)
+        rows = rows or (MODEL_ROWS if models else AUDIT_ROWS)
+        budget = loaded.grpo.max_completion_length
+        result = audit_rewards(loaded.data, loaded.rewards, loaded.model, loaded.training.seed, budget, models, rows)
     if as_json:
         typer.echo(json.dumps(audit_json(result), indent=2))
     else:

@@ -93,7 +93,10 @@ def train(
         f"[bold]grpo train[/] {recipe.run_name}: {recipe.method} on {recipe.model.name} "
         f"({precision_here(recipe.model).label(recipe.method)}) -> {run_dir}"
     )
-    for line in [*ram_warning(recipe), *start_lines(recipe.data, recipe.rewards, recipe.model, recipe.training.seed)]:
+    audit = start_lines(
+        recipe.data, recipe.rewards, recipe.model, recipe.training.seed, recipe.grpo.max_completion_length
+    )
+    for line in [*ram_warning(recipe), *audit]:
         console.print(line, style="yellow", highlight=False, soft_wrap=True)
     # What GRPO starts from: the warm-up's weights (trained now unless finished earlier), else the adapter
     # lora.adapter names, else the recipe's model as it is (final_dir None).
