@@ -231,3 +231,17 @@ def test_docs_rewards_tables_every_kind_of_finding():
     assert re.findall(r"^\| `(\w+)` \| ", page.split("## Auditing the rewards")[1], re.M)[: len(KINDS)] == list(KINDS)
     source = (ROOT / "grpo_cli" / "audit" / "findings.py").read_text(encoding="utf-8")
     assert set(re.findall(r'Finding\(\s*"(\w+)"', source)) == set(KINDS)
+
+
+def test_the_audit_loads_no_torch():
+    """The audit needs the recipe, the data rows and the rewards: a process that runs it never imports torch."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys; from typer.testing import CliRunner; from grpo_cli.cli import app; "
+        "r = CliRunner().invoke(app, ['audit', 'recipes/demo.yaml', '--json']); "
+        "print(r.exit_code, 'torch' in sys.modules)"
+    )
+    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert done.stdout.split()[-2:] == ["0", "False"], done.stdout + done.stderr
