@@ -136,6 +136,9 @@ def test_yes_no_judge_is_a_probability_and_scale_counts_what_it_cannot_read(tiny
 def test_scale_and_prompt_filling():
     readings = [parse_scale(t) for t in ("7", "Score: 8/10", " 10.", "9.5 out of 10", "11", "none")]
     assert readings == [0.7, 0.8, 1.0, 0.95, None, None]
+    # out of range or no number of its own: unparsed (scored 0 and counted), never a digit read out of `-3` or `1e3`
+    odd = [parse_scale(t) for t in ("-3", "1e3", "99999999999999999999", "", "v2", "٨", "I give it 8.")]
+    assert odd == [None, None, None, None, None, 0.8, 0.8]
     assert fill("{question}|{completion}|{reference}|{x}|{}", "q", "c {reference}", "r") == "q|c {reference}|r|{x}|{}"
 
 
@@ -276,14 +279,20 @@ def test_training_with_a_reward_model_and_a_judge_model(tmp_path, tiny_llama, re
 
 
 @pytest.mark.slow
-def test_training_with_the_policy_as_its_own_judge(tmp_path, tiny_llama):
+@pytest.mark.parametrize("method", ["lora", "full"])
+def test_training_with_the_policy_as_its_own_judge(tmp_path, tiny_llama, method):
     from safetensors.torch import load_file
 
     rewards = [{"name": "correctness"}, {"judge": {"model": "policy", "prompt": JUDGE_PROMPT}, "batch_size": 4}]
-    result, metrics = trained(tmp_path, tiny_llama, rewards, lora={"r": 4, "alpha": 8, "dropout": 0.0})
+    lora = {"lora": {"r": 4, "alpha": 8, "dropout": 0.0}} if method == "lora" else {}
+    result, metrics = trained(tmp_path, tiny_llama, rewards, **lora)
     assert all("rewards/judge/mean" in m and 0.0 < m["rewards/judge/mean"] < 1.0 for m in metrics), metrics[0]
-    adapter = load_file(result.final_dir / "adapter_model.safetensors")
-    assert any(v.abs().sum() > 0 for k, v in adapter.items() if "lora_B" in k), "LoRA B starts at zero and must move"
+    if method == "lora":
+        adapter = load_file(result.final_dir / "adapter_model.safetensors")
+        assert any(v.abs().sum() > 0 for k, v in adapter.items() if "lora_B" in k), "LoRA B starts at 0 and must move"
+    else:  # the judge scored with the weights being trained, and training still changed them
+        before, after = load_file(tiny_llama / "model.safetensors"), load_file(result.final_dir / "model.safetensors")
+        assert any(not torch.equal(before[k].float(), after[k].float()) for k in before), "no weight changed"
 
 
 def test_the_memory_table_in_docs_is_what_grpo_plan_prints():

@@ -20,7 +20,8 @@ from grpo_cli.recipe.reward_model_checks import PLACEHOLDER
 from grpo_cli.recipe.user_code import POLICY
 from rewards.answers import completion_text
 
-NUMBER = re.compile(r"(?<![\d.])(\d+(?:\.\d+)?)")
+# A number standing on its own: not the digits of `-3` (out of range), `1e3` or a word (`v2`).
+NUMBER = re.compile(r"(?<![\w.\-])(\d+(?:\.\d+)?)(?!\.?\d|[eE][-+]?\d)")
 
 
 def parse_scale(text: str) -> float | None:
