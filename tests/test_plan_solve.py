@@ -117,6 +117,39 @@ def test_the_group_size_alone_under_a_fixed_generation_batch_is_refused():
     fails_cleanly(result, "does not depend on the group size", "training.per_device_train_batch_size")
 
 
+def test_an_empty_key_is_refused_not_ignored():
+    fails_cleanly(runner.invoke(app, ["plan", LORA, "--gpu", "24GB", "--solve", ""]), "--solve", "not a recipe field")
+
+
+def test_sizes_that_put_every_allowed_value_past_the_search_are_one_line():
+    big = ["grpo.num_generations=4000000", "training.per_device_train_batch_size=4000000"]
+    result = runner.invoke(
+        app, ["plan", LORA, *big, "--gpu", "24GB", "--solve", "training.per_device_train_batch_size"]
+    )
+    assert result.exit_code == 1 and "Traceback" not in result.output, result.output
+    (line,) = result.output.strip().splitlines()
+    assert "no value up to 1048576 is allowed with the recipe's other sizes" in line
+
+
+def test_a_huge_fixed_generation_batch_is_searched_in_a_moment():
+    """The micro-batch must divide the generation batch: its divisors come from pairs up to the square root, not
+    from counting to 16 trillion."""
+    import time
+
+    started = time.perf_counter()
+    huge = "trl.generation_batch_size=16000000000000"
+    result = runner.invoke(
+        app, ["plan", LORA, huge, "--gpu", "24GB", "--solve", "training.per_device_train_batch_size"]
+    )
+    assert "Traceback" not in result.output and time.perf_counter() - started < 20, result.output
+    assert result.exit_code in (0, 1), result.output
+
+
+def test_a_refused_trial_names_the_key_not_the_command_line():
+    answer = solved(str(ROOT / "recipes/demo.yaml"), "lora.r", "--gpu", "200GB")
+    assert answer["next_refused"].startswith("lora.r:"), answer
+
+
 def test_without_a_budget_it_asks_for_one():
     result = runner.invoke(app, ["plan", str(ROOT / "recipes/demo.yaml"), "--device", "cuda", "--solve", "lora.r"])
     fails_cleanly(result, "--solve lora.r needs the memory to fit", "--gpu")

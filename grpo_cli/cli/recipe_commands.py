@@ -149,7 +149,7 @@ def plan(
     with user_errors(as_json):
         loaded = load_recipe(recipe, overrides, scope="plan")
         result = plan_recipe(loaded, gpu, device, ram)
-        solution = largest_fitting(loaded, solve, result) if solve else None
+        solution = largest_fitting(loaded, solve, result) if solve is not None else None
     notes = budget_notes(loaded)
     d = loaded.distributed
     if result.plan.device == "cpu" and loaded.num_processes > 1 and d.strategy == "fsdp" and not d.accelerate_config:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from grpo_cli.errors import UserError
@@ -119,6 +119,13 @@ def solve(recipe: Recipe, key: str, result: PlanResult) -> Solution:
     return Solution(key, current, current_plan.expected, budget, device, found, after, basis, note, limit)
 
 
+def _divisors(n: int) -> list[int]:
+    """The divisors of n up to SEARCH_CAP, in order: pairs up to its square root, so a huge generation batch costs
+    milliseconds, not a count to n."""
+    small = [d for d in range(1, math.isqrt(n) + 1) if n % d == 0]
+    return sorted({v for d in small for v in (d, n // d) if v <= SEARCH_CAP})
+
+
 def _largest(fits: Callable[[int], bool]) -> int:
     """The largest index that fits (0: not even the first), for a fit that only fails from some index on: doubling
     to an index that does not fit, then bisecting the gap."""
@@ -180,7 +187,7 @@ def _candidates(
     if key == BATCH:
         if fixed:  # the generation batch stays; a micro-batch must divide each process's share of it
             share = int(fixed) // processes
-            divisors = [d for d in range(1, share + 1) if share % d == 0]
+            divisors = _divisors(share)
             return lambda index: divisors[index - 1] if index <= len(divisors) else None, single, ""
         step = g // math.gcd(batch, g)
         note = (
@@ -208,5 +215,6 @@ def _try(
         changed = with_changes(recipe, changes)
         architectures.check_context(changed.data, changed.grpo, arch)
     except UserError as exc:
-        return Trial(value, changes, refused=str(exc.problems[0]))
+        # the trial's values are the search's, not overrides the user typed: no `command line:` before the reason
+        return Trial(value, changes, refused=str(replace(exc.problems[0], source=None, line=None)))
     return Trial(value, changes, memory_plan(changed, arch, device, budget, prompt_tokens))

@@ -10,7 +10,7 @@ from rich.table import Table
 
 from grpo_cli.plan.fit import PlanResult
 from grpo_cli.plan.memory import GIB, Plan
-from grpo_cli.plan.solve import Solution, Trial
+from grpo_cli.plan.solve import SEARCH_CAP, Solution, Trial
 from grpo_cli.recipe.validation import is_schema_field
 from grpo_cli.recipe.yaml_source import format_override
 
@@ -197,6 +197,8 @@ def solve_lines(solution: Solution, result: PlanResult, command: str) -> list[st
     budget = result.gpu_label if s.device == "cpu" else _gpu(result.gpu_label, result.plan)
     what = "expected peak RSS" if s.device == "cpu" else "expected in nvidia-smi"
     if found is None:
+        if after is None:  # the recipe's other sizes put even the smallest allowed value past the search
+            return [f"{s.key}: no value up to {SEARCH_CAP} is allowed with the recipe's other sizes; lower them"]
         if after.plan is None:
             return [f"{s.key}: not even the smallest value can be planned: {after.refused}"]
         return [
