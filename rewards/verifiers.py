@@ -29,9 +29,10 @@ def final_answer(text: str) -> str:
 
 def normalize_text(text: str) -> str:
     """SQuAD's answer normalisation: lower case, no punctuation, no articles (a, an, the), single spaces.
-    Punctuation also counts Unicode's (curly quotes, dashes), which SQuAD's ASCII list misses."""
-    text = "".join(ch for ch in text.lower() if not _is_punctuation(ch))
-    return " ".join(ARTICLES.sub(" ", text).split())
+    Punctuation also counts Unicode's (curly quotes, dashes), which SQuAD's ASCII list misses. An answer that is
+    nothing but an article keeps it (`A` of a multiple choice is not `The`, nor empty)."""
+    text = " ".join("".join(ch for ch in text.lower() if not _is_punctuation(ch)).split())
+    return " ".join(ARTICLES.sub(" ", text).split()) or text
 
 
 def _is_punctuation(ch: str) -> bool:

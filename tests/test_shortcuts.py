@@ -323,3 +323,59 @@ def test_the_report_marks_flagged_validations_with_a_red_cross(tmp_path):
         image = matplotlib.image.imread(tmp_path / name / "report.png")
         reds.append(int(((image[..., 0] > 0.9) & (image[..., 1] < 0.15) & (image[..., 2] < 0.15)).sum()))
     assert reds[0] > 0 and reds[1] == 0
+
+
+# ---------------------------------------------------------------- careless and hostile input
+
+
+def test_a_multiple_choice_answer_a_is_an_answer_not_an_article():
+    golds = ["A", "B", "A", "A", "C", "D", "A", "B"]
+    report = shortcut_report(parity_records(["<answer>A</answer>"] * 8, [g.lower() for g in golds]), "normalized_match")
+    assert report["majority_baseline"]["answer"] == "a" and report["majority_baseline"]["accuracy"] == 0.5
+    assert report["answer_distribution"]["top"][0] == {"answer": "a", "count": 8, "share": 1.0}
+    assert report["shortcut"]["kinds"] == ["one_answer", "below_baseline"]
+
+
+def test_references_no_verifier_reads_give_no_baseline_rather_than_always_none():
+    """Yes/no references under a number check: nothing to compare against, said so, and --compare skips it."""
+    records = [
+        {"index": i, "gold": g, "completion": "yes", "correct": {"correctness": 0.0}} for i, g in enumerate("yn")
+    ]
+    report = shortcut_report(records, "correctness")
+    assert report["majority_baseline"]["answer"] is None and report["trivial_rules"] is None
+    assert "below_baseline" not in report["shortcut"]["kinds"]
+    lines = report_lines(report)
+    assert lines[1] == "majority baseline: none, no reference answer reads as number under correctness"
+    assert not any("`None`" in line for line in lines)
+    assert against_baseline({i: r for i, r in enumerate(records)}, [0, 1], report) is None
+
+
+def test_an_enormous_reference_is_written_as_a_float_not_three_hundred_digits():
+    assert read_reference("1e308", "number") == "1e+308" and read_reference("18.0", "number") == "18"
+
+
+def test_trivial_rules_read_a_conversations_question():
+    from grpo_cli.eval.shortcuts import trivial_rules
+
+    chat = [{"role": "user", "content": "Ava has 5 apples and gets 3 more."}]
+    assert trivial_rules([chat], ["8"], "number")["accuracy"]["sum"] == 1.0
+
+
+@pytest.mark.parametrize(
+    "record",
+    [
+        {"index": 0, "gold": "1", "correct": {"correctness": 1.0}},  # no completion
+        {"index": 0, "completion": "1", "correct": {"correctness": 1.0}},  # no reference
+        {"index": 0, "gold": "1", "completion": "1", "correct": {"correctness": float("nan")}},
+        {"index": 0, "gold": "1", "samples": None, "correct": {"correctness": 1.0}},
+        {"index": 0, "gold": "1", "samples": [{"text": "1"}], "correct": {"correctness": 1.0}},
+    ],
+)
+def test_a_hand_edited_record_without_what_the_report_reads_is_refused_in_one_line(tmp_path, record):
+    from grpo_cli.errors import UserError
+    from grpo_cli.eval.store import PredictionStore
+
+    (tmp_path / "settings.json").write_text("{}")
+    (tmp_path / "predictions.jsonl").write_text(json.dumps(record) + "\n")
+    with pytest.raises(UserError, match="line 1 of .* is not a grpo eval record"):
+        PredictionStore(tmp_path, {})

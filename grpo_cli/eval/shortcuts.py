@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any
 
+from grpo_cli.audit.probes import question_text
 from grpo_cli.audit.rules import RULES, rule_answers
 from grpo_cli.eval.stats import mean_interval, paired_difference, paired_mean_difference, wilson_interval
 from rewards.answers import completion_text, extract_answer, to_number
@@ -59,6 +60,8 @@ def _number(text: str | None) -> str | None:
     value = to_number(text)
     if value is None:
         return None
+    if abs(value) >= 1e15:  # written as a float, not as the 300 digits of its integer part
+        return repr(value)
     return str(int(value)) if value.is_integer() else repr(value)  # 18, 18.0 and $18 are one answer
 
 
@@ -96,9 +99,9 @@ def majority_baseline(references: list[str | None]) -> dict[str, Any]:
 def trivial_rules(questions: list[Any], references: list[str | None], reading: str) -> dict[str, Any] | None:
     """The accuracy of each trivial rule of the question's numbers (audit/rules.py: the first, last or largest
     number, their sum, difference, product) and the best of them; None for answers that are not numbers."""
-    if reading != "number" or not references:
+    if reading != "number" or not any(r is not None for r in references):
         return None
-    answers = [rule_answers(q) if isinstance(q, str) else {} for q in questions]
+    answers = [rule_answers(question_text(q)) if q is not None else {} for q in questions]
     accuracy = {
         rule: sum(_number(a.get(rule)) == ref for a, ref in zip(answers, references) if ref is not None)
         / len(references)
@@ -134,7 +137,7 @@ def shortcut_flag(
         share = f"{_pct(t['share'])} of the answers ({t['count']} of {distribution['answers']})"
         reasons.append(f"`{t['answer']}` is {share}")
     low = accuracy if ci95 is None else ci95[0]
-    if baseline["problems"] and low <= baseline["accuracy"]:
+    if baseline["problems"] and baseline["answer"] is not None and low <= baseline["accuracy"]:
         kinds.append("below_baseline")
         interval = "" if ci95 is None else f" (95% {_pct(ci95[0])}-{_pct(ci95[1])})"
         reasons.append(
@@ -182,8 +185,8 @@ def shortcut_report(records: list[dict[str, Any]], verifier: str) -> dict[str, A
 def against_baseline(records: dict[int, dict], common: list[int], summary: dict[str, Any]) -> dict[str, Any] | None:
     """`--compare`: the trained model against always giving the majority answer on the same problems, paired
     (sampled: over each problem's fraction right). None when the summary has no shortcut report."""
-    if "majority_baseline" not in summary:
-        return None
+    if "majority_baseline" not in summary or summary["majority_baseline"]["answer"] is None:
+        return None  # no reference answer the verifier reads: no baseline to compare with
     verifier = summary["answer_distribution"]["verifier"]
     reading, answer = summary["answer_distribution"]["reading"], summary["majority_baseline"]["answer"]
     baseline = [float(read_reference(records[i]["gold"], reading) == answer) for i in common]
@@ -214,6 +217,14 @@ def report_lines(summary: dict[str, Any]) -> list[str]:
     shown = ", ".join(f"{_quoted(t['answer'])} {_pct(t['share'])}" for t in d["top"])
     if d["other"]["count"]:
         shown += f", other {_pct(d['other']['share'])}"
+    if b["answer"] is None:
+        return [
+            f"answers ({d['verifier']}'s reading, {d['distinct']} distinct): {shown or 'none'}",
+            f"majority baseline: none, no reference answer reads as {d['reading']} under {d['verifier']}",
+            "shortcut: " + "; ".join(summary["shortcut"]["reasons"])
+            if summary["shortcut"]["flag"]
+            else "shortcut: none",
+        ]
     lines = [
         f"answers ({d['verifier']}'s reading, {d['distinct']} distinct): {shown}",
         f"majority baseline: always `{b['answer']}` {_pct(b['accuracy'])} (95% {_pct(b['ci95'][0])}-"

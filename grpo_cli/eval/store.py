@@ -7,6 +7,7 @@ own files are never truncated or overwritten. A last line cut short by a kill is
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 from pathlib import Path
@@ -146,7 +147,22 @@ def _record(line: bytes) -> dict[str, Any] | None:
         return None
     if not isinstance(record, dict) or not isinstance(record.get("index"), int) or "correct" not in record:
         return None
-    return record
+    return record if _well_formed(record) else None
+
+
+def _well_formed(record: dict[str, Any]) -> bool:
+    """What the summary and the shortcut report read: the reference answer, the completion (or the samples, each
+    with one) and a finite verdict per scorer. A hand-edited line without them is not counted as a result."""
+    correct, samples = record.get("correct"), record.get("samples")
+    if not isinstance(correct, dict) or not all(_finite(v) for v in correct.values()) or "gold" not in record:
+        return False
+    if samples is None:
+        return "completion" in record
+    return isinstance(samples, list) and all(isinstance(s, dict) and "completion" in s for s in samples)
+
+
+def _finite(value: Any) -> bool:
+    return isinstance(value, (bool, int, float)) and math.isfinite(value)
 
 
 def _read_settings(path: Path) -> dict[str, Any]:
