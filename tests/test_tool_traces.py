@@ -9,7 +9,7 @@ import pytest
 import torch
 from typer.testing import CliRunner
 
-from conftest import ASSETS, fails_cleanly, write_jsonl, write_recipe
+from conftest import ASSETS, ROOT, fails_cleanly, write_jsonl, write_recipe
 from grpo_cli.cli import app
 from grpo_cli.recipe.generated_tasks import generate_task
 from grpo_cli.recipe.schema import DataSection
@@ -55,12 +55,25 @@ def test_a_solution_without_annotations_is_one_turn_without_calls():
         ("<<48/2=25>>", "the calculator gives 24"),
         ("<<import os=1>>", "not an arithmetic expression"),
         ("<<2**99999=1>>", "exponent larger than"),
+        ("<<48/2=>>", "no result after `=`"),
+        ("<<5/0=0>>", "division by zero"),
+        ("<<1+<<2+3=5>>=6>>", "a nested or unclosed annotation"),
+        ("<<48/2=24", "a nested or unclosed annotation"),
+        ("<<" + "9" * 100_000 + "*9=1>>", ""),  # refused fast, whatever the reason
     ],
 )
 def test_an_annotation_the_calculator_cannot_reproduce_makes_the_row_malformed(note, why):
     trace = calculator_trace(f"Half is {note}24 clips.\n", "#### 24")
     assert trace.messages is None
     assert why in trace.problem
+
+
+def test_a_result_too_small_for_the_shown_places_is_rounded_not_a_traceback():
+    """1/2**1100 is a finite decimal of 1100 places: more than the calculator writes out, so it is rounded."""
+    from grpo_cli.tools.calculator import calculator
+
+    assert calculator("1/2**1100") == "0"
+    assert calculator_trace("Tiny: <<1/2**1100=0>>0.\n", "#### 0").calls == 1
 
 
 def test_annotated_results_are_compared_as_numbers_not_strings():
@@ -239,3 +252,9 @@ def test_a_text_token_the_tokenizer_lacks_is_one_line_naming_the_key(tmp_path, t
         load_tokenizer(ModelSection(name=str(folder), text_tokens=["<tool_cal>"]))
     assert caught.value.problems[0].path == "model.text_tokens"
     assert "<tool_cal>" in str(caught.value) and "<tool_call>" in str(caught.value)
+
+
+def test_a_reference_warmup_that_could_write_no_call_is_refused_at_validate():
+    recipe = str(ROOT / "recipes" / "demo_tools.yaml")
+    result = CliRunner().invoke(app, ["validate", recipe, "data.answer_format=plain"])
+    fails_cleanly(result, "warmup.source", "no example would call a tool")

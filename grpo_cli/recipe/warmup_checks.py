@@ -44,6 +44,15 @@ def warmup_problems(
         )
     if warm.source == SELF and uses_tools:
         out.append((("warmup", "source"), "`self` samples without tools; use `reference` or a file of examples"))
+    if warm.source == REFERENCE and uses_tools and (data.answer_format != "gsm8k" or not data.chat):
+        out.append(
+            (
+                ("warmup", "source"),
+                "`reference` writes tool calls from GSM8K-format solutions' `<<expression=result>>` notes in chat "
+                "prompts; with data.answer_format: plain (or data.chat: false) no example would call a tool: give a "
+                "file of examples with the calls, or drop the warm-up",
+            )
+        )
     if processes > 1:
         out.append(
             (

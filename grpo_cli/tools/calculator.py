@@ -121,8 +121,9 @@ def format_number(value: Fraction) -> str:
         while denominator % factor == 0:
             denominator //= factor
     places = SHOWN_DECIMALS
-    if denominator == 1:  # a finite decimal: as many places as it needs
-        places = next(p for p in range(1, MAX_RESULT_DIGITS + 1) if (value * 10**p).denominator == 1)
+    if denominator == 1:  # a finite decimal: as many places as it needs, rounded past MAX_RESULT_DIGITS (1/2**1100)
+        exact = (p for p in range(1, MAX_RESULT_DIGITS + 1) if (value * 10**p).denominator == 1)
+        places = next(exact, SHOWN_DECIMALS)
     scaled = round(value * 10**places)
     sign, digits = ("-" if scaled < 0 else ""), str(abs(scaled)).rjust(places + 1, "0")
     whole, fraction = digits[:-places], digits[-places:].rstrip("0")

@@ -42,11 +42,17 @@ def calculator_trace(worked: str, closing: str) -> Trace:
     `closing` is appended to the text after the last annotation, in the final assistant turn."""
     pieces = ANNOTATION.split(worked)
     texts, notes = pieces[0::2], pieces[1::2]
+    stray = next((t for t in texts if "<<" in t or ">>" in t), None)
+    if stray is not None:  # `<<1+<<2+3=5>>=6>>` or `<<48/2=24`: no call could stand for it, and no text either
+        at = stray[max(0, stray.find("<<") if "<<" in stray else stray.find(">>")) :][:40]
+        return Trace(None, problem=f"a nested or unclosed annotation ({at!r})")
     messages: list[dict[str, Any]] = []
     for before, note in zip(texts, notes):
         expression, equals, written = note.rpartition("=")
         if not equals or not expression.strip():
             return Trace(None, problem=f"annotation <<{note[:40]}>> has no `expression=result` form")
+        if not written.strip().rstrip("."):
+            return Trace(None, problem=f"annotation <<{note[:40]}>> has no result after `=`")
         try:
             result = calculator(expression)
             same = evaluate(result) == _number(written)
