@@ -15,6 +15,8 @@ from rewards.answers import normalize_number, to_number
 from rewards.gsm8k_task import generate_problems, gsm8k_gold, has_numeric_gold, solution_steps
 
 DEFAULT_GENERATED_ROWS = 1000
+ROLES = ("system", "user", "assistant", "tool")  # the turns every chat template renders
+MAX_ANSWER_CHARS = 10_000  # every reward compares the reference at every step; a GSM8K solution is under 1,000
 
 
 def load_rows(
@@ -118,8 +120,7 @@ class PreparedData:
             left = left_out(self.unusable) or "none left out"
             raise UserError(
                 f"only {rows} usable prompt(s) in {self.source} ({left}); one step needs {needed} "
-                f"(generation batch "
-                f"{generation_batch_size} / {num_generations} generations): add rows or "
+                f"(generation batch {generation_batch_size} / {num_generations} generations): add rows or "
                 "lower training.per_device_train_batch_size",
                 path="data.source",
             )
@@ -172,9 +173,8 @@ def keep_rows(rows: list[dict[str, Any]], data: DataSection) -> tuple[list[dict[
             raise UserError("no problem has a solution this short; raise it", path="data.max_solution_steps")
     kept, unusable = [], {}
     for row in rows:
-        why = unusable_reason(
-            row.get(data.prompt_column), row.get(data.answer_column) if data.answer_column else "", data
-        )
+        answer = row.get(data.answer_column) if data.answer_column else ""
+        why = unusable_reason(row.get(data.prompt_column), answer, data)
         if why:
             unusable[why] = unusable.get(why, 0) + 1
         else:
@@ -234,12 +234,17 @@ def unusable_reason(prompt: Any, answer: Any, data: DataSection) -> str | None:
     if isinstance(prompt, list) and prompt and all(isinstance(turn, dict) for turn in prompt):
         if not data.chat:
             return f"`{data.prompt_column}` is a conversation; it needs data.chat: true"
+        odd = next((t for t in prompt if t.get("role") not in ROLES or not isinstance(t.get("content", ""), str)), None)
+        if odd is not None:  # a chat template would fail on it mid-run, or render it as something else
+            return f"`{data.prompt_column}` has a turn that is not {'/'.join(ROLES)} with text content"
         if not any(turn.get("role") == "user" and turn.get("content") for turn in prompt):
             return f"`{data.prompt_column}` has no user turn"
     elif not isinstance(prompt, str) or not prompt.strip():
         return f"`{data.prompt_column}` is empty or not text"
     if data.answer_column and (answer is None or not str(answer).strip()):
         return f"without a reference answer in `{data.answer_column}`"
+    if data.answer_column and len(str(answer)) > MAX_ANSWER_CHARS:
+        return f"`{data.answer_column}` longer than {MAX_ANSWER_CHARS:,} characters"
     if data.answer_column and data.answer_format == "gsm8k" and not has_numeric_gold(str(answer)):
         return f"`{data.answer_column}` has no number after `####`"
     return None
@@ -287,12 +292,8 @@ def render_prompt(tokenizer, prompt: Any, tools: list | None = None) -> str:
     return prompt
 
 
-def prompt_length(tokenizer, prompt: Any, tools: list | None = None) -> int:
-    """Tokens the model will see for this prompt (with the chat template, tools and generation prompt)."""
-    return prompt_lengths(tokenizer, [prompt], tools)[0]
-
-
 def prompt_lengths(tokenizer, prompts: list, tools: list | None = None) -> list[int]:
-    """`prompt_length` of each prompt, tokenized in one batch (thousands of prompts in about a second)."""
+    """Tokens the model will see for each prompt (with the chat template, tools and generation prompt), tokenized in
+    one batch (thousands of prompts in about a second)."""
     texts = [render_prompt(tokenizer, p, tools) for p in prompts]
     return [len(ids) for ids in tokenizer(texts, add_special_tokens=False)["input_ids"]] if texts else []

@@ -157,3 +157,32 @@ def test_an_object_answer_past_the_first_lines_is_refused_when_the_rows_are_read
     assert runner.invoke(app, ["validate", str(recipe)]).exit_code == 0
     for command in (["train", str(recipe)], ["eval", str(recipe), *SHORT, "--output", str(tmp_path / "out")]):
         fails_cleanly(runner.invoke(app, command), "data.answer_column", "holds an object", "one answer per row")
+
+
+@pytest.mark.parametrize(
+    "turn",
+    [
+        {"role": "narrator", "content": "Once upon a time."},  # a role no chat template renders
+        {"role": "user", "content": 123},  # content that is not text: arrow would refuse the column mid-run
+        {"role": "user", "content": ["a", "b"]},
+    ],
+)
+def test_a_conversation_with_a_turn_templates_cannot_render_is_left_out_and_counted(turn):
+    from grpo_cli.data import keep_rows
+
+    data = DataSection(prompt_column="messages", answer_format="plain", limit=None)
+    rows = [split_reference(r, data) for r in conversations()]
+    odd = {"messages": [turn, {"role": "user", "content": "Capital of Chile?"}], "answer": "Santiago"}
+    kept, unusable = keep_rows([*rows, odd], data)
+    assert len(kept) == len(rows) and list(unusable.values()) == [1]
+    assert "has a turn that is not system/user/assistant/tool with text content" in next(iter(unusable))
+
+
+def test_mixed_answers_are_kept_and_an_enormous_one_is_left_out_and_counted():
+    from grpo_cli.data import MAX_ANSWER_CHARS, keep_rows
+
+    data = DataSection(answer_format="plain", limit=None)
+    answers = [42, "42", "forty-two", 3.5, "9" * (MAX_ANSWER_CHARS + 1)]
+    kept, unusable = keep_rows([{"question": f"q{i}?", "answer": a} for i, a in enumerate(answers)], data)
+    assert [r["answer"] for r in kept] == answers[:4]
+    assert unusable == {"`answer` longer than 10,000 characters": 1}

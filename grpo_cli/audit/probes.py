@@ -108,7 +108,7 @@ def _good(answers: list[str], solutions: list[str | None], data) -> list[Probe]:
     return [p for p in probes if any(p.forms)]
 
 
-def _bad(answers: list[str], questions: list[str], pool: list[str], data) -> list[Probe]:
+def _bad(answers: list[str], questions: list[str], pool: dict[str, str], data) -> list[Probe]:
     wrongs = [_wrong_answers(a, pool, HEDGE_ANSWERS - 1) for a in answers]
     padding = ("Let me think about this step by step. " * (PADDING_CHARS // 38 + 1))[:PADDING_CHARS]
     nested = "\\boxed{" * NESTING + "{}" + "}" * NESTING
@@ -231,22 +231,26 @@ def _decimal(answer: str) -> str:
     return f"{value:.1f}" if value == int(value) else f"{value}0"
 
 
-def _distinct(answers: list[str]) -> list[str]:
+def _distinct(answers: list[str]) -> dict[str, str]:
+    """Each distinct reference (normalised, once: a long answer is not normalised again per example) -> its first
+    spelling."""
     seen: dict[str, str] = {}
     for a in answers:
         if a:
             seen.setdefault(normalize_text(a), a)
-    return list(seen.values())
+    return seen
 
 
-def _wrong_answers(answer: str, pool: list[str], count: int) -> list[str]:
+def _wrong_answers(answer: str, pool: dict[str, str], count: int) -> list[str]:
     """`count` answers that are not `answer`: its neighbours for a number, else other references of the data."""
     value = to_number(answer)
     if value is not None:
         steps = [k for n in range(1, count + 1) for k in (n, -n)][:count]
         return [w for w in (as_answer(value + k) for k in steps) if w is not None]
+    if not answer:
+        return []
     key = normalize_text(answer)
-    return [a for a in pool if normalize_text(a) != key][:count] if answer else []
+    return [a for k, a in pool.items() if k != key][:count]
 
 
 def _pair(answer: str, wrongs: list[str], data) -> list[str]:

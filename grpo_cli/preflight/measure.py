@@ -30,12 +30,12 @@ def fixed_length_data(directory: Path, rows: int = 64) -> Path:
 
 def calibration_recipe(recipe: Recipe, tokenizer, work: Path) -> Recipe:
     """The same recipe on fixed-length prompts, full-length completions, no checkpoint saving, 2 steps."""
-    from grpo_cli.data import build_prompt, prompt_length
+    from grpo_cli.data import build_prompt, prompt_lengths
     from grpo_cli.tools.wiring import prompt_tools
 
     data_file = fixed_length_data(work)
     tools = prompt_tools(recipe.tools)  # rendered into every prompt
-    length = prompt_length(tokenizer, build_prompt(PROMPT, recipe.data.system_prompt, recipe.data.chat), tools)
+    (length,) = prompt_lengths(tokenizer, [build_prompt(PROMPT, recipe.data.system_prompt, recipe.data.chat)], tools)
     update = recipe.model_dump()
     update["data"].update(
         source=str(data_file),
