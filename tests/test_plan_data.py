@@ -73,6 +73,14 @@ def test_data_that_cannot_be_read_offline_falls_back_to_the_limits_in_one_line(t
     assert "not a local file: planned at the recipe's limits" in table
 
 
+@pytest.mark.parametrize("text, words", [("", "is empty"), ("\n  \n", "holds no rows")])
+def test_an_empty_data_file_plans_at_the_limits_saying_what_validate_says(tiny_qwen2, tmp_path, text, words):
+    (tmp_path / "train.jsonl").write_text(text)
+    path = write_recipe(tmp_path, tiny_qwen2, data={"source": str(tmp_path / "train.jsonl")})
+    plan = planned(path)
+    assert plan["planned_for"] == "limits" and words in plan["data_note"], plan["data_note"]
+
+
 def test_lengths_are_cached_on_the_file_and_measured_again_when_it_changes(tiny_qwen2, tmp_path, monkeypatch):
     from grpo_cli.plan import data_lengths
 

@@ -44,6 +44,13 @@ def read_data_lengths(recipe: Recipe) -> tuple[DataLengths | None, str]:
         too_long = long_line(Path(data.source).expanduser())  # before any line is read whole
         if too_long:
             raise UserError(too_long, path="data.source")
+    if not generated:  # an empty or malformed file: validate's words, not the reader's (StopIteration, arrow's)
+        from grpo_cli.recipe.checks import data_file_problem
+
+        columns = [c for c in (data.prompt_column, data.answer_column) if c]
+        problem = data_file_problem(Path(data.source).expanduser(), columns, answers=True, keys=True)
+        if problem:
+            return None, f"the data could not be measured ({problem}): planned at the recipe's limits"
     key = _cache_key(recipe.model, data, recipe.training.seed, recipe.tools)
     cached = _cache_file(key)
     try:
