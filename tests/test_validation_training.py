@@ -11,7 +11,7 @@ import pytest
 import torch
 from typer.testing import CliRunner
 
-from conftest import ASSETS, fails_cleanly, write_jsonl, write_recipe
+from conftest import ASSETS, ROOT, fails_cleanly, write_jsonl, write_recipe
 from grpo_cli.cli import app
 from grpo_cli.recipe.validation import load_recipe
 
@@ -191,6 +191,28 @@ def test_the_slice_is_the_first_problems_grpo_eval_scores_and_overlap_with_train
         "warning: 8 of the 8 validation problems are also training prompts, so their accuracy measures memory; "
         "validate on a held-out split (eval.split) or file (eval.source)"
     ]
+
+
+def test_an_offset_validates_on_problems_apart_from_the_ones_grpo_eval_tests(tmp_path, tiny_llama):
+    """recipes/demo_largest.yaml validates on the 100 problems after the 400 it tests: none is shared."""
+    from grpo_cli.eval.problems import load_problems
+    from grpo_cli.eval.training_validation import held_out_validation
+
+    apart = {**SLICE, "offset": 6}
+    recipe = load_recipe(write_recipe(tmp_path, tiny_llama, eval={"source": "generated", "limit": 6}, validation=apart))
+    validation = held_out_validation(recipe, warn=lambda line: None)
+    tested = load_problems(recipe.eval)[0]
+    assert len(tested) == 6 and len(validation.problems) == SLICE["limit"]
+    assert not {p.question for p in validation.problems} & {p.question for p in tested}
+    demo = load_recipe(ROOT / "recipes" / "demo_largest.yaml")
+    assert demo.validation.offset == demo.eval.limit  # the shipped demo watches no test row
+
+
+def test_an_offset_past_the_split_is_one_line(tmp_path, tiny_llama):
+    rows = [{"question": f"What is {n} plus {n}?", "answer": f"#### {2 * n}"} for n in range(8)]
+    data = write_jsonl(rows, tmp_path / "rows.jsonl")
+    recipe = write_recipe(tmp_path, tiny_llama, eval={"source": str(data)}, validation={"every_steps": 2, "offset": 8})
+    fails_cleanly(runner.invoke(app, ["train", str(recipe)]), "validation.offset", "none after the first 8")
 
 
 @pytest.mark.parametrize(

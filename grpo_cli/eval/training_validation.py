@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from grpo_cli.errors import UserError
 from grpo_cli.eval.evaluate import LM_EVAL_STOPS, max_new_tokens
 from grpo_cli.eval.problems import Problem, chat_prompts, fewshot_pool, lm_eval_prompts, load_problems
 from grpo_cli.eval.scoring import FILTERS, score, summarize
@@ -24,15 +25,21 @@ def held_out_validation(recipe: Recipe, warn=print) -> HeldOutValidation:
     """The validation of a recipe with a `validation:` section; the data's refusals (no usable row, no verifier)
     come here, before the run directory is written. A slice with training prompts in it is `warn`ed about. Reads the
     eval, validation, data, rewards and model sections, and training's seed."""
-    ev, data, size = recipe.eval, recipe.data, recipe.validation.limit
+    ev, data, size, offset = recipe.eval, recipe.data, recipe.validation.limit, recipe.validation.offset
+    reach = ev if ev.limit is None or ev.limit >= offset + size else ev.model_copy(update={"limit": offset + size})
     scorer = None
     if ev.protocol == "task":
         check_task(data, recipe.rewards)
-        problems, _ = load_task_problems(ev, data)
+        problems, _ = load_task_problems(reach, data)
         scorer = TaskScorer(data, recipe.rewards, recipe.model)  # an unknown reward is refused here
     else:
-        problems, _ = load_problems(ev)
-    problems = problems[:size]
+        problems, _ = load_problems(reach)
+    if offset and len(problems) <= offset:
+        raise UserError(
+            f"eval's split holds {len(problems)} problems, none after the first {offset}; lower it",
+            path="validation.offset",
+        )
+    problems = problems[offset : offset + size]
     overlap = training_overlap(data, problems, recipe.training.seed)
     if overlap:
         warn(

@@ -16,8 +16,12 @@ class ValidationSection(Section):
         ge=1,
         description="Validate every this many optimizer steps (also before the first step and after the last).",
     )
-    limit: int = Field(
-        64, ge=1, description="Problems in the slice: the first N of eval's split (at most eval.limit when it is set)."
+    limit: int = Field(64, ge=1, description="Problems in the slice: the first N of eval's split after `offset`.")
+    offset: int = Field(
+        0,
+        ge=0,
+        description="Problems of eval's split skipped before the slice: eval.limit validates on rows `grpo eval` "
+        "does not test, so nothing is picked on the test rows.",
     )
     batch_size: int | None = Field(None, ge=1, description="Prompts per generation batch; default eval.batch_size.")
     max_new_tokens: int | None = Field(
