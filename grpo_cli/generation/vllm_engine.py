@@ -48,7 +48,7 @@ def max_lora_rank(adapter: str) -> int:
     return next((r for r in LORA_RANKS if r >= max(ranks)), max(ranks))
 
 
-def kv_cache_gib(model_config, sequences: int, tokens: int) -> int:
+def kv_cache_for_config(model_config, sequences: int, tokens: int) -> int:
     """The KV cache for `sequences` rows of `tokens` each, by the one formula the trainer and `grpo plan` use."""
     from grpo_cli.libraries.vllm_settings import kv_cache_gib as sized
 
@@ -119,7 +119,7 @@ class VLLMGenerator:
         if self.max_length is not None:
             context = min(context, self.max_length)
         on_gpu = _on_gpu()
-        options = engine_settings(self.dtype, on_gpu, kv_cache_gib(self.config, sequences, context))
+        options = engine_settings(self.dtype, on_gpu, kv_cache_for_config(self.config, sequences, context))
         lora = {"enable_lora": True, "max_lora_rank": max_lora_rank(self.adapter)} if self.adapter else {}
         if self.lora_path == "vllm-one-product":
             from grpo_cli.generation.vllm_cpu_lora import use_single_adapter_products

@@ -1,10 +1,10 @@
 """vLLM generating on a CPU inside the trainer (TRL's colocate mode): what it holds for the whole run.
 
 On a GPU vLLM takes `grpo.vllm_gpu_memory_utilization` of the card (memory.py adds it to nvidia-smi's figure). On a
-CPU it holds a second copy of the weights, packed for its GEMM kernels, and a KV cache of VLLM_CPU_KVCACHE_SPACE whole
-GiB, which grpo sets from the recipe (kv_cache_gib, by libraries/vllm_settings.py's one formula; train/vllm_cpu.py)
-unless the user has set it; both live beside the trainer's own copy for the whole run, so they are static terms of the
-process's peak.
+CPU it holds a second copy of the weights, packed for its GEMM kernels, and a KV cache of VLLM_CPU_KVCACHE_SPACE
+whole GiB, which grpo sets from the recipe (kv_cache_for_recipe, by libraries/vllm_settings.py's one formula;
+train/vllm_cpu.py) unless the user has set it; both live beside the trainer's own copy for the whole run, so they are
+static terms of the process's peak.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ GIB = 2**30
 VLLM_CPU_RUNTIME_GIB = 0.4
 
 
-def kv_cache_gib(arch: Architecture, data: DataSection, grpo: GRPOSection, sequences: int) -> int:
+def kv_cache_for_recipe(arch: Architecture, data: DataSection, grpo: GRPOSection, sequences: int) -> int:
     """Whole GiB of KV cache for one generation batch of `sequences` (each process's) at the longest sequence the
     recipe allows (at least 1)."""
     prompt = data.max_prompt_length or 1024  # without a limit TRL does not cut prompts: room for long ones
@@ -35,7 +35,7 @@ def kv_cache_gib(arch: Architecture, data: DataSection, grpo: GRPOSection, seque
 def kv_cache_space_gib(arch: Architecture, data: DataSection, grpo: GRPOSection, sequences: int) -> int:
     """What the engine will get: the user's VLLM_CPU_KVCACHE_SPACE when set, else grpo's size for the recipe."""
     user = vllm_settings.user_kv_cache_gib()
-    return user if user is not None else kv_cache_gib(arch, data, grpo, sequences)
+    return user if user is not None else kv_cache_for_recipe(arch, data, grpo, sequences)
 
 
 def vllm_cpu_terms(arch: Architecture, held: Held, kv: int) -> list[Term]:
