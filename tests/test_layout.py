@@ -11,20 +11,33 @@ PACKAGE = Path(__file__).resolve().parent.parent / "grpo_cli"
 REWARDS = PACKAGE.parent / "rewards"
 
 
-def module_name(path: Path) -> str:
-    parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+def module_name(path: Path, root: Path = PACKAGE.parent) -> str:
+    parts = path.relative_to(root).with_suffix("").parts
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
-def imports_of(path: Path, prefix: str = "grpo_cli", top_level_only: bool = False) -> set[str]:
-    """Modules under `prefix` imported in the file: anywhere (function-level imports count), or at module level."""
+def _absolute(node: ast.ImportFrom, module: str, is_package: bool) -> str:
+    """The module an import names, a relative one resolved from the importing module's package: in a.b.c,
+    `from . import x` names a.b, `from .d import y` a.b.d, `from ..e import z` a.e."""
+    if node.level == 0:
+        return node.module or ""
+    package = module.split(".") if is_package else module.split(".")[:-1]
+    base = package[: len(package) - (node.level - 1)]
+    return ".".join([*base, node.module] if node.module else base)
+
+
+def imports_of(path: Path, prefix: str = "grpo_cli", top_level_only: bool = False, root: Path = PACKAGE.parent):
+    """Modules under `prefix` imported in the file (below `root`, the folder holding grpo_cli/ and rewards/):
+    anywhere (function-level imports count), or at module level; a relative import counts as the module it names."""
     tree = ast.parse(path.read_text(encoding="utf-8"))
-    nodes = tree.body if top_level_only else ast.walk(tree)
+    module, is_package = module_name(path, root), path.name == "__init__.py"
     found = set()
-    for node in nodes:
-        if isinstance(node, ast.ImportFrom) and node.module and node.module.split(".")[0] == prefix:
-            found.add(node.module)
-            found.update(f"{node.module}.{alias.name}" for alias in node.names)  # `from grpo_cli.plan import gpus`
+    for node in tree.body if top_level_only else ast.walk(tree):
+        if isinstance(node, ast.ImportFrom):
+            target = _absolute(node, module, is_package)
+            if target.split(".")[0] == prefix:
+                found.add(target)
+                found.update(f"{target}.{alias.name}" for alias in node.names)  # `from grpo_cli.plan import gpus`
         elif isinstance(node, ast.Import):
             found.update(alias.name for alias in node.names if alias.name.split(".")[0] == prefix)
     return found
@@ -72,32 +85,9 @@ def test_rewards_depend_on_nothing_in_grpo_cli():
 def test_recipe_is_the_bottom_layer():
     """The recipe package reads YAML and checks it; it never reaches up into the commands' packages."""
     for path in (PACKAGE / "recipe").glob("*.py"):
-        climbs = {
-            m
-            for m in imports_of(path)
-            if m.startswith(("grpo_cli.train", "grpo_cli.plan", "grpo_cli.eval", "grpo_cli.preflight", "grpo_cli.data"))
-        }
+        above = ("grpo_cli.train", "grpo_cli.plan", "grpo_cli.eval", "grpo_cli.preflight", "grpo_cli.data")
+        climbs = {m for m in imports_of(path) if m.startswith(above)}
         assert not climbs, (path.name, climbs)
-
-
-def test_no_import_cycle():
-    files = {module_name(p): p for p in PACKAGE.rglob("*.py")}
-    graph = {name: {m for m in imports_of(path) if m in files and m != name} for name, path in files.items()}
-    # A package's __init__ is imported on the way to its modules; it must not import them back.
-    state: dict[str, int] = {}
-
-    def visit(node: str, stack: list[str]) -> None:
-        state[node] = 1
-        for nxt in sorted(graph[node]):
-            if state.get(nxt) == 1:
-                raise AssertionError("import cycle: " + " -> ".join(stack[stack.index(nxt) :] + [node, nxt]))
-            if nxt not in state:
-                visit(nxt, stack + [node])
-        state[node] = 2
-
-    for name in sorted(graph):
-        if name not in state:
-            visit(name, [])
 
 
 def _crosses(module: str, packages: tuple[str, ...]) -> bool:
@@ -192,15 +182,8 @@ grpo_cli/
                   handed to train/), lean_lora.py
 rewards/          gsm8k.py, answers.py
 ```"""
-    assert drawn_paths(page) == {
-        "grpo_cli/cli/root.py",
-        "grpo_cli/cli/parts.py",
-        "grpo_cli/errors.py",
-        "grpo_cli/eval/command.py",
-        "grpo_cli/eval/view.py",
-        "grpo_cli/eval/lean_lora.py",
-        "rewards/gsm8k.py",
-        "rewards/answers.py",
+    assert drawn_paths(page) == {"grpo_cli/errors.py", "rewards/gsm8k.py", "rewards/answers.py"} | {
+        f"grpo_cli/{m}.py" for m in ("cli/root", "cli/parts", "eval/command", "eval/view", "eval/lean_lora")
     }
 
 
@@ -234,64 +217,83 @@ def test_the_text_around_the_drawing_names_only_paths_that_exist():
 KNOWN_PACKAGE_CYCLES = {frozenset({"recipe/", "tools/"})}
 
 
-def _package(module: str) -> str:
+def _package(module: str, package: Path = PACKAGE) -> str:
     """The unit of grpo_cli a module belongs to: its first-level package (`train/`) or the flat module (`data.py`)."""
     parts = module.split(".")
     if len(parts) == 1:
         return "__init__.py"
-    return parts[1] + ("/" if (PACKAGE / parts[1]).is_dir() else ".py")
+    return parts[1] + ("/" if (package / parts[1]).is_dir() else ".py")
 
 
-def package_graph() -> dict[str, set[str]]:
-    files = {module_name(p): p for p in PACKAGE.rglob("*.py")}
+def package_graph(package: Path = PACKAGE) -> dict[str, set[str]]:
     graph: dict[str, set[str]] = {}
-    for name, path in files.items():
-        targets = {_package(m) for m in imports_of(path) if m in files and m != "grpo_cli"}
-        graph.setdefault(_package(name), set()).update(targets - {_package(name)})
+    for name, targets in module_graph(package).items():
+        units = {_package(m, package) for m in targets if m != package.name}
+        graph.setdefault(_package(name, package), set()).update(units - {_package(name, package)})
     return graph
 
 
+def _reachable(graph: dict[str, set[str]], start: str) -> set[str]:
+    seen: set[str] = set()
+    todo = [start]
+    while todo:
+        fresh = set(graph.get(todo.pop(), ())) - seen
+        seen |= fresh
+        todo.extend(fresh)
+    return seen
+
+
 def strongly_connected(graph: dict[str, set[str]]) -> list[set[str]]:
-    """The graph's cycles, each as the set of nodes that reach each other (Tarjan's algorithm)."""
-    index: dict[str, int] = {}
-    low: dict[str, int] = {}
-    stack: list[str] = []
+    """The graph's cycles, each as the set of nodes that reach each other, in the order of their first node."""
+    reach = {node: _reachable(graph, node) for node in graph}
     found: list[set[str]] = []
-
-    def visit(node: str) -> None:
-        index[node] = low[node] = len(index)
-        stack.append(node)
-        for nxt in sorted(graph.get(node, ())):
-            if nxt not in index:
-                visit(nxt)
-                low[node] = min(low[node], low[nxt])
-            elif nxt in stack:
-                low[node] = min(low[node], index[nxt])
-        if low[node] == index[node]:
-            component = set()
-            while True:
-                member = stack.pop()
-                component.add(member)
-                if member == node:
-                    break
-            if len(component) > 1:
-                found.append(component)
-
     for node in sorted(graph):
-        if node not in index:
-            visit(node)
+        component = {other for other in reach[node] if node in reach.get(other, ())}
+        if len(component) > 1 and component not in found:
+            found.append(component)
     return found
 
 
-def test_the_cycle_finder_finds_a_package_loop():
-    graph = {"recipe/": {"tools/", "errors.py"}, "tools/": {"recipe/"}, "train/": {"recipe/"}, "errors.py": set()}
-    assert strongly_connected(graph) == [{"recipe/", "tools/"}]
-    assert strongly_connected({"a/": {"b/"}, "b/": {"c/"}, "c/": set()}) == []
-
-
 def test_no_import_cycle_between_packages():
-    """The file-level check above cannot see two packages that import each other through different files; a
-    package loop is a layering nobody can draw."""
+    """The file-level check (test_no_import_cycle) cannot see two packages that import each other through different
+    files; a package loop is a layering nobody can draw."""
     cycles = {frozenset(c) for c in strongly_connected(package_graph())}
     assert sorted(map(sorted, cycles - KNOWN_PACKAGE_CYCLES)) == [], "new package cycle"
     assert sorted(map(sorted, KNOWN_PACKAGE_CYCLES - cycles)) == [], "gone: take it off KNOWN_PACKAGE_CYCLES"
+
+
+def module_graph(package: Path) -> dict[str, set[str]]:
+    """Each module of the package (a grpo_cli/ folder) and the package's modules it imports."""
+    files = {module_name(p, package.parent): p for p in package.rglob("*.py")}
+    imported = {name: imports_of(path, package.name, root=package.parent) for name, path in files.items()}
+    return {name: {m for m in found if m in files and m != name} for name, found in imported.items()}
+
+
+def test_no_import_cycle():
+    # A package's __init__ is imported on the way to its modules; it must not import them back.
+    cycles = strongly_connected(module_graph(PACKAGE))
+    assert cycles == [], f"import cycles: {cycles}"
+
+
+RELATIVE_LOOP = """
+one/__init__.py
+one/a.py          from . import b
+one/b.py          from .c import g
+one/c.py          from ..two import d
+two/__init__.py
+two/d.py          from ..one.a import x
+"""
+
+
+def test_the_cycle_checks_read_relative_imports(tmp_path):
+    """`from . import x`, `from .x import y` and `from ..pkg import z` are imports like the absolute ones: a package
+    whose modules import each other only by relative imports (RELATIVE_LOOP) has a loop through one/ and two/."""
+    for line in RELATIVE_LOOP.strip().splitlines():
+        name, _, source = line.partition(" ")
+        (tmp_path / "grpo_cli" / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / "grpo_cli" / name).write_text(source.strip() + "\n", encoding="utf-8")
+    graph = module_graph(tmp_path / "grpo_cli")
+    assert graph["grpo_cli.one.a"] == {"grpo_cli.one", "grpo_cli.one.b"}
+    assert strongly_connected(graph) == [{f"grpo_cli.{m}" for m in ("one.a", "one.b", "one.c", "two.d")}]
+    assert strongly_connected(package_graph(tmp_path / "grpo_cli")) == [{"one/", "two/"}]
+    assert strongly_connected({"a/": {"b/"}, "b/": {"c/"}, "c/": set()}) == []

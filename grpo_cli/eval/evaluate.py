@@ -29,6 +29,7 @@ from grpo_cli.eval.store import PredictionStore, previous_session
 from grpo_cli.eval.targets import Target
 from grpo_cli.eval.task import TaskScorer, task_problems, task_settings
 from grpo_cli.files import sole_writer
+from grpo_cli.generation.base import Generator
 from grpo_cli.generation.engines import build_generator, choose_engine, engine_label
 from grpo_cli.generation.tool_loop import tool_summary
 from grpo_cli.progress import quiet_libraries
@@ -213,7 +214,9 @@ def _record(problem, item, protocol: str, answer_marker: str, scorer: TaskScorer
     }
 
 
-def _stream(ev: EvalSection, data: DataSection, generator, tokenizer, todo: list, pool: list, sampling, loop=None):
+def _stream(
+    ev: EvalSection, data: DataSection, generator: Generator, tokenizer, todo: list, pool: list, sampling, loop=None
+):
     """The completions, a batch at a time: one per problem, or sampled, each problem's N together; through the tool
     `loop` when the recipe has tools."""
     if loop is not None:
