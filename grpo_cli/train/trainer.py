@@ -51,6 +51,8 @@ def build_trainer(
             recipe.model, recipe.data, recipe.grpo, recipe.generation_batch_per_process
         )  # before TRL builds the engine inside the trainer
         engine_settings = cpu_engine_settings(precision.inference_dtype)
+    if precision.on_cpu:
+        seams.narrow_head_tiles()  # TRL's LM-head tile width, a process global, set where GRPO is configured
     model = load_policy(recipe, precision)
     peft_config = models.lora_config(recipe.lora) if recipe.lora is not None else None
     if start_weights is not None:  # the same adapter keeps training: TRL takes the PEFT model as it is
@@ -86,10 +88,6 @@ def load_policy(recipe: Recipe, precision: Precision):
     from grpo_cli import models
     from grpo_cli.train.frozen_weights import planned_dtype
 
-    if precision.on_cpu:
-        from grpo_cli.libraries.seams import narrow_head_tiles
-
-        narrow_head_tiles()
     sharded = recipe.distributed.strategy in ("zero3", "fsdp") or bool(recipe.distributed.accelerate_config)
     frozen = planned_dtype(recipe.method, recipe.model.dtype, recipe.grpo.use_vllm, sharded, precision.mixed)
     return models.load_model(recipe.model, recipe.quantization, frozen)
