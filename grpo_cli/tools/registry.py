@@ -15,7 +15,7 @@ import inspect
 import math
 import numbers
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol
 
 from grpo_cli.tools.calculator import calculator
 from grpo_cli.tools.guard import EnvironmentFailure, guard_tool, time_limit
@@ -28,6 +28,20 @@ ENVIRONMENT_HOOKS = ("reset", "get_reward")
 
 class ToolLookupError(ValueError):
     """A tool or environment that cannot be used; the message says why and what to do."""
+
+
+class ToolEntry(Protocol):
+    """A `tools:` entry as the registry reads it (recipe/user_code.py's ToolSpec is one): tools/ needs no recipe."""
+
+    name: str
+    timeout_s: float
+    max_result_chars: int
+
+
+class EnvironmentEntry(ToolEntry, Protocol):
+    """The `environment:` entry (recipe/user_code.py's EnvironmentSpec): a class, its arguments, its guard's limits."""
+
+    kwargs: dict[str, Any]
 
 
 def resolve_tool(name: str) -> Callable[..., Any]:
@@ -116,12 +130,12 @@ def tool_name(func: Callable[..., Any]) -> str:
     return getattr(func, "__name__", "tool")
 
 
-def guarded_tools(specs) -> list[Callable[..., Any]]:
+def guarded_tools(specs: list[ToolEntry]) -> list[Callable[..., Any]]:
     """The recipe's `tools:` entries, each behind its guard."""
     return [guard_tool(resolve_tool(spec.name), spec.timeout_s, spec.max_result_chars) for spec in specs]
 
 
-def guarded_environment(spec, warn: Callable[[str], None] = print) -> Callable[[], Any]:
+def guarded_environment(spec: EnvironmentEntry, warn: Callable[[str], None] = print) -> Callable[[], Any]:
     """TRL's `environment_factory`: a subclass of the user's environment whose tool methods run behind the guard and
     whose `reset` / `get_reward` stop the run with one line (not a traceback) when they fail or return what TRL
     cannot use; a NaN or infinite reward counts as not judged (None), with one warning."""

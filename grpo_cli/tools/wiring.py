@@ -6,19 +6,17 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from grpo_cli.recipe.user_code import EnvironmentSpec, ToolSpec
+from grpo_cli.tools.registry import EnvironmentEntry, ToolEntry, guarded_environment, guarded_tools
 
 
-def prompt_tools(tools: list[ToolSpec]) -> list[Callable[..., Any]] | None:
+def prompt_tools(tools: list[ToolEntry]) -> list[Callable[..., Any]] | None:
     """The tools the chat template renders into every prompt (None without tools): prompt lengths count them."""
-    from grpo_cli.tools.registry import guarded_tools
-
     return guarded_tools(tools) if tools else None
 
 
 def recipe_tools(
-    tools: list[ToolSpec],
-    environment: EnvironmentSpec | None,
+    tools: list[ToolEntry],
+    environment: EnvironmentEntry | None,
     model_name: str,
     tokenizer,
     warn: Callable[[str], None] = print,
@@ -28,7 +26,6 @@ def recipe_tools(
     warnings go."""
     if not tools and environment is None:
         return None, None
-    from grpo_cli.tools.registry import guarded_environment, guarded_tools
     from grpo_cli.tools.template import check_tool_template
 
     check_tool_template(tokenizer, model_name)
