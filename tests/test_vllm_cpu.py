@@ -253,3 +253,89 @@ def test_on_policy_correction_equals_trls_without_its_extra_forward_pass(tmp_pat
     assert 0 < logged[1]["sampling/importance_sampling_ratio/mean"] < 10
     after = dict(trainer.model.named_parameters())
     assert any(not torch.equal(before[n], after[n].detach()) for n in before), "no trainable weight changed"
+
+
+def lora_policy(model_dir: Path):
+    """The tiny model under a LoRA adapter whose B is noise, as after some training (B starts at zero)."""
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM
+
+    torch.manual_seed(0)  # LoRA's A is drawn when the adapter is made: two calls give the same policy
+    policy = get_peft_model(
+        AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32),
+        LoraConfig(r=4, lora_alpha=8, target_modules="all-linear"),
+    )
+    with torch.no_grad():
+        for name, param in policy.named_parameters():
+            if "lora_B" in name:
+                param.copy_(torch.randn_like(param))
+    return policy
+
+
+def trl_merged(policy) -> dict[str, torch.Tensor]:
+    """What TRL's own iterator yields for a LoRA policy (merged into the model in place, copied, then unmerged)."""
+    import types
+    from contextlib import nullcontext
+
+    from trl.generation.vllm_generation import VLLMGeneration
+
+    generation = types.SimpleNamespace(
+        model=policy, _dist=types.SimpleNamespace(gather_params=lambda params: nullcontext(), is_fsdp=False)
+    )
+    generation._fix_param_name_to_vllm = types.MethodType(VLLMGeneration._fix_param_name_to_vllm, generation)
+    return {name: tensor.clone() for name, tensor in VLLMGeneration._iter_named_params(generation)}
+
+
+def test_the_weights_pushed_to_vllm_are_the_merged_ones_and_leave_the_frozen_weights_bitwise_as_they_were(tiny_llama):
+    """The CPU engine gets the adapter folded in under the names TRL would give it; 20 syncs later every frozen weight
+    is bitwise what it was (PEFT's merge and unmerge in place would leave it a rounding off, TRL #6688, #7423)."""
+    from grpo_cli.train.vllm_cpu import merged_weights
+
+    policy = lora_policy(tiny_llama)
+    frozen = {name: p.detach().clone() for name, p in policy.named_parameters() if not p.requires_grad}
+    ours = dict(merged_weights(policy))
+    for _ in range(19):
+        for _name, _tensor in merged_weights(policy):
+            pass
+    assert all(torch.equal(p, frozen[name]) for name, p in policy.named_parameters() if name in frozen)
+    theirs = trl_merged(lora_policy(tiny_llama))
+    assert ours.keys() == theirs.keys()
+    assert all(torch.allclose(ours[name], theirs[name], rtol=0, atol=1e-6) for name in ours)
+    assert any(
+        not torch.equal(ours[name], frozen[f"base_model.model.{name[:-7]}.base_layer.weight"])
+        for name in ours
+        if f"base_model.model.{name[:-7]}.base_layer.weight" in frozen
+    ), "adapter not folded in"
+
+
+def test_a_fully_trained_policy_is_pushed_as_it_is():
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from grpo_cli.train.vllm_cpu import merged_weights
+
+    config = LlamaConfig(
+        vocab_size=64, hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2
+    )
+    model = LlamaForCausalLM(config)
+    pushed = dict(merged_weights(model))
+    assert pushed.keys() == dict(model.named_parameters()).keys()
+    assert all(torch.equal(pushed[n], p) and pushed[n] is not p for n, p in model.named_parameters())
+
+
+@pytest.mark.vllm
+def test_twenty_syncs_into_the_cpu_engine_leave_the_frozen_weights_bitwise_unchanged(tmp_path, vllm_model):
+    pytest.importorskip("vllm")
+    from grpo_cli.recipe.validation import load_recipe
+    from grpo_cli.train.trainer import build_trainer
+    from grpo_cli.train.vllm_cpu import sync_cpu_engine
+
+    trainer, _ = build_trainer(load_recipe(vllm_recipe(tmp_path, vllm_model)), tmp_path / "run")
+    with torch.no_grad():
+        for name, param in trainer.model.named_parameters():
+            if "lora_B" in name:
+                param.copy_(torch.randn_like(param))
+    frozen = {n: p.detach().clone() for n, p in trainer.model.named_parameters() if not p.requires_grad}
+    for _ in range(20):
+        sync_cpu_engine(trainer.vllm_generation)
+    changed = [n for n, p in trainer.model.named_parameters() if n in frozen and not torch.equal(p, frozen[n])]
+    assert not changed, changed[:3]

@@ -73,8 +73,6 @@ TRL_NAMES = _names(
 # TRL's vLLM helper, imported by TRL only where vLLM is installed; used when vLLM generates on a CPU (vllm_cpu.py).
 TRL_VLLM_NAMES = _names(
     {
-        "trl.generation.vllm_generation VLLMGeneration._iter_named_params": "reads the merged, vLLM-named weights to "
-        "push into a CPU vLLM engine from",
         "trl.generation.vllm_generation LLM": "starts a CPU vLLM engine in the recipe's dtype, eagerly, by wrapping",
     }
 )

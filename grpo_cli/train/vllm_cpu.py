@@ -13,12 +13,11 @@ TRL's colocate sync calls the model's `load_weights` tensor by tensor. On a CPU 
 its GEMM kernels (`dispatch_cpu_unquantized_gemm` in vllm/model_executor/layers/utils.py) and leaves an empty
 parameter behind, so that call fails (`'Parameter' object has no attribute 'weight_loader'`). vLLM's model runner has
 `reload_weights(weights_iterator=..., is_checkpoint_format=True)`, which restores each layer, loads the given tensors
-and packs them again; this hands it TRL's own iterator (PEFT merged, names as vLLM expects them). Both private names
-are listed and checked, before any weight loads, in libraries/seams.py.
+and packs them again; this hands it the policy's weights with the adapter folded in (`merged_weights`, the names
+vLLM expects). Both private names are listed and checked, before any weight loads, in libraries/seams.py.
 
-TRL's iterator merges the adapter, yields each merged tensor's storage and unmerges once it is exhausted: each tensor
-is copied as it is yielded, or an engine that reads the iterator to the end before loading would receive the unmerged
-base (no error, no change).
+TRL's own iterator for this merges the adapter into the frozen weights in place and unmerges it after, which leaves
+them a rounding off at every sync; `merged_weights` only reads the model.
 """
 
 from __future__ import annotations
@@ -50,6 +49,36 @@ def cpu_engine_settings(dtype: str):
 def sync_cpu_engine(generation) -> None:
     """Push the policy's current weights into `generation.llm` (TRL's VLLMGeneration, colocate mode)."""
     runner = seams.engine_runner(generation.llm)
-    weights = ((name, tensor.detach().clone()) for name, tensor in generation._iter_named_params())
-    runner.reload_weights(weights_iterator=weights, is_checkpoint_format=True)
+    runner.reload_weights(weights_iterator=merged_weights(generation.model), is_checkpoint_format=True)
     generation.llm.reset_prefix_cache()
+
+
+def merged_weights(model):
+    """The policy's weights under the names vLLM loads, each a new tensor, with a LoRA adapter folded in: W + delta,
+    the values PEFT's merge writes. TRL's own iterator merges into the frozen weights and unmerges after, in place,
+    and W + delta - delta is W only to a rounding: every frozen weight drifts a little at each sync (TRL #6688,
+    #7423). Here the model is only read, so 20 syncs leave it bitwise as it was (tests/test_vllm_cpu.py)."""
+    from peft.tuners.lora import LoraLayer
+
+    prefix = getattr(model, "prefix", None) if hasattr(model, "peft_config") else None  # "lora_" under PEFT
+    layers = {f"{name}.base_layer.weight": m for name, m in model.named_modules() if isinstance(m, LoraLayer)}
+    for name, param in model.named_parameters():
+        if prefix is not None:
+            name = name.removeprefix("base_model.model.")
+            if prefix in name or "original_module" in name:  # the adapter itself, and a saved module's old copy
+                continue
+        layer = layers.get(f"base_model.model.{name}" if prefix is not None else name)
+        tensor = param.detach().clone()
+        if layer is not None:
+            for adapter in layer.active_adapters:
+                if adapter in layer.lora_A:
+                    tensor += layer.get_delta_weight(adapter).to(tensor.dtype)
+        yield vllm_name(name), tensor
+
+
+def vllm_name(name: str) -> str:
+    """A parameter's name as vLLM's checkpoint loader expects it: PEFT's and activation checkpointing's wrappers out
+    (what TRL's `_fix_param_name_to_vllm` drops)."""
+    for wrapper in (".base_layer", "_checkpoint_wrapped_module.", "modules_to_save.default."):
+        name = name.replace(wrapper, "")
+    return name
