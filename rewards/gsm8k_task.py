@@ -105,14 +105,12 @@ def score_completion(protocol: str, completion: str, answer: str, gold: str, mar
     `answer` is the whole reference solution (lm-eval compares against it), `gold` its number; `marker` (chat
     protocol): how the recipe's system prompt asked the model to mark its answer."""
     if protocol == "lm-eval":
-        extracted = {
+        filtered = {
             "strict-match": regex_filter(completion, LM_EVAL_STRICT),
             "flexible-extract": regex_filter(completion, LM_EVAL_FLEXIBLE, group_select=-1),
         }
-        correct = {name: lm_eval_exact_match(value, answer) for name, value in extracted.items()}
-        formatted = extracted["strict-match"] != LM_EVAL_FALLBACK
-    else:
-        extracted = {"strict-match": marked_answer(completion, marker), "flexible-extract": extract_answer(completion)}
-        correct = {name: numbers_equal(value, gold) for name, value in extracted.items()}
-        formatted = extracted["strict-match"] is not None
-    return {"extracted": extracted, "correct": correct, "formatted": formatted}
+        correct = {name: lm_eval_exact_match(value, answer) for name, value in filtered.items()}
+        return {"extracted": filtered, "correct": correct, "formatted": filtered["strict-match"] != LM_EVAL_FALLBACK}
+    extracted = {"strict-match": marked_answer(completion, marker), "flexible-extract": extract_answer(completion)}
+    correct = {name: numbers_equal(value, gold) for name, value in extracted.items()}
+    return {"extracted": extracted, "correct": correct, "formatted": extracted["strict-match"] is not None}

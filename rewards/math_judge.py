@@ -48,10 +48,12 @@ class MathJudge:
         request = json.dumps({"gold": gold[-MAX_CHARS:], "answer": answer[-MAX_CHARS:]}).encode() + b"\n"
         with self._lock:
             process = self._running()
+            stdin, stdout = process.stdin, process.stdout
+            assert stdin is not None and stdout is not None  # started with both pipes
             try:
-                process.stdin.write(request)
-                process.stdin.flush()
-                reply = _read_line(process.stdout, DEADLINE_S)
+                stdin.write(request)
+                stdin.flush()
+                reply = _read_line(stdout, DEADLINE_S)
             except OSError:  # the child died between answers
                 reply = None
             if reply is None:  # too slow, or killed by its memory limit: a wrong answer, and a fresh child next
@@ -66,7 +68,8 @@ class MathJudge:
         process.kill()  # it may be busy in sympy; nothing it holds needs a clean exit
         process.wait()
         for pipe in (process.stdin, process.stdout):
-            pipe.close()
+            if pipe is not None:
+                pipe.close()
 
     def _running(self) -> subprocess.Popen[bytes]:
         if self._owner != os.getpid():  # forked (a data-loader worker): the child belongs to the parent

@@ -11,7 +11,7 @@ import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from rewards import gsm8k, verifiers
 
@@ -101,6 +101,8 @@ def load_user_module(where: str, what: str = "reward") -> Any:
         if module_name in sys.modules:
             return sys.modules[module_name]
         spec = importlib.util.spec_from_file_location(module_name, path)
+        if spec is None or spec.loader is None:
+            raise RewardLookupError(f"{path} cannot be imported as a Python module")
         module = importlib.util.module_from_spec(spec)
         sys.modules[module_name] = module  # lets pickling (multi-process data loading) find its functions
         try:
@@ -135,7 +137,7 @@ def _describe(exc: BaseException, what: str = "reward") -> str:
 def _build(name: str, target: Any, kwargs: dict[str, Any], builtin: bool) -> Callable[..., Any]:
     if inspect.isclass(target):
         try:
-            return target(**kwargs)
+            return cast(Callable[..., Any], target(**kwargs))
         except (TypeError, ValueError) as exc:
             params = ", ".join(p for p in inspect.signature(target).parameters if p != "self")
             raise RewardLookupError(

@@ -69,7 +69,7 @@ def settings_of(recipe: Recipe, target: Target, compute_dtype: str | None = None
         "split": ev.split,
         "protocol": ev.protocol,
         "max_new_tokens": max_new_tokens(ev),
-        **(sampling_of(ev).settings() if ev.temperature is not None else {}),  # greedy: no sampling keys
+        **(drawn.settings() if (drawn := sampling_of(ev)) is not None else {}),  # greedy: no sampling keys
         **(
             {
                 "tools": [t.name for t in recipe.tools],
@@ -236,10 +236,10 @@ def _tool_loop(
     tools: list[ToolSpec],
     environment: EnvironmentSpec | None,
     model_name: str,
-    generator,
+    generator: Generator,
     tokenizer,
     budget: int,
-    max_iterations: int,
+    max_iterations: int | None,
 ):
     """The tool loop on `generator`, with the recipe's tools and environment behind their guards, up to `budget` new
     tokens and `max_iterations` tool turns (grpo.max_tool_calling_iterations) a completion; None without tools."""

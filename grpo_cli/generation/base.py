@@ -10,9 +10,12 @@ and `tool_loop.py` over any of them; `engines.py` chooses and builds one.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
+
+if TYPE_CHECKING:
+    from grpo_cli.generation.sampling import Sampling
 
 # A prompt is text, or token ids (the tool loop continues a conversation from its exact tokens).
 Prompt = str | list[int]
@@ -43,7 +46,7 @@ def length_sorted_batches(lengths: list[int], batch_size: int, texts: list[str] 
     return [order[start : start + batch_size] for start in range(0, len(order), batch_size)]
 
 
-def sort_texts(prompts: list[Prompt]) -> list[str] | None:
+def sort_texts(prompts: Sequence[Prompt]) -> list[str] | None:
     """Tie-breaking keys for the length sort: the texts (lm-eval's order), or none for token-id prompts."""
     return [p if isinstance(p, str) else "" for p in prompts]
 
@@ -60,15 +63,24 @@ class Generator(Protocol):
     """A generation engine. `generate` yields lists of `Generated` as they finish (callers record results as they
     come), in any order: each carries its index in the caller's prompt list."""
 
-    name: str  # "transformers", "vllm", ...: recorded in settings and summaries with `version`
-    version: str
-    max_new_tokens: int
+    # Read-only members (properties), so an engine may hold each as a plain attribute or compute it.
+    @property
+    def name(self) -> str: ...  # "transformers", "vllm", ...: recorded in settings and summaries with `version`
 
-    def token_ids(self, prompts: list[Prompt]) -> list[list[int]]: ...
+    @property
+    def version(self) -> str: ...
+
+    @property
+    def max_new_tokens(self) -> int: ...
+
+    @property
+    def sampling(self) -> Sampling | None: ...  # eval's seeded sampling (sampling.py); None: greedy or TRL's draws
+
+    def token_ids(self, prompts: Sequence[Prompt]) -> list[list[int]]: ...
 
     def generate(
         self,
-        prompts: list[Prompt],
+        prompts: Sequence[Prompt],
         batch_size: int,
         budgets: list[int] | None = None,
         seeds: list[int] | None = None,

@@ -3,7 +3,7 @@ and the next prompt takes its place."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 
 from grpo_cli.generation.base import Generated, Prompt, longest_first, sort_texts
 from grpo_cli.generation.transformers_engine import HFGenerator
@@ -30,7 +30,7 @@ class ContinuousGenerator(HFGenerator):
 
     def generate(
         self,
-        prompts: list[Prompt],
+        prompts: Sequence[Prompt],
         batch_size: int,
         budgets: list[int] | None = None,
         seeds: list[int] | None = None,
@@ -57,7 +57,7 @@ class ContinuousGenerator(HFGenerator):
                         for row in done
                     ]
 
-    def _prefill(self, group: list[int], prompts: list[Prompt], budgets: list[int], seeds: list[int]) -> _Batch:
+    def _prefill(self, group: list[int], prompts: Sequence[Prompt], budgets: list[int], seeds: list[int]) -> _Batch:
         from transformers import DynamicCache
 
         from grpo_cli.generation.sampling import generator_for

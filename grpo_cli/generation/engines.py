@@ -14,8 +14,10 @@ from __future__ import annotations
 
 import importlib.util
 from dataclasses import dataclass
+from typing import Any
 
 from grpo_cli.errors import UserError
+from grpo_cli.generation.base import Generator
 
 ENGINES = ("auto", "vllm", "transformers")
 
@@ -91,10 +93,10 @@ def lora_path(adapter: str | None) -> tuple[str | None, str | None]:
     return (notice, "vllm-own") if notice else (None, "vllm-one-product")
 
 
-def engine_label(generator, dtype: str) -> str:
+def engine_label(generator: Generator, dtype: str) -> str:
     """What the console says generates: `vLLM 0.32.0, float32` or `transformers 5.19.0, bfloat16`, and how it
     samples."""
-    drawn = getattr(generator, "sampling", None)
+    drawn = generator.sampling
     how = (
         f", {drawn.samples} samples per problem at temperature {drawn.temperature} (seed {drawn.seed})" if drawn else ""
     )
@@ -103,7 +105,7 @@ def engine_label(generator, dtype: str) -> str:
 
 def build_generator(
     model, quantization, adapter: str | None, engine: EngineChoice, dtype: str, budget: int, stops, sampling
-):
+) -> tuple[Generator, Any]:
     """The engine `engine` names for the `model` section (and `quantization`, `adapter`), generating in `dtype` up to
     `budget` new tokens, greedy or with `sampling` (sampling.py); and the tokenizer. On the transformers engine
     the model loads here (on a GPU when there is one) and an adapter is merged, or, where generation runs narrower

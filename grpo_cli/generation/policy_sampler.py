@@ -9,10 +9,11 @@ precision training generates in (bf16 matmuls over float32 weights).
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import nullcontext
 
 from grpo_cli.generation.base import Generated, Prompt
+from grpo_cli.generation.sampling import Sampling
 
 
 class PolicySampler:
@@ -23,7 +24,9 @@ class PolicySampler:
         self.max_new_tokens = max_new_tokens
         self.settings = dict(do_sample=True, temperature=grpo.temperature, top_p=grpo.top_p, top_k=grpo.top_k)
         self.autocast = autocast  # "bfloat16", "float16" or None
-        self.sampling = None  # not eval's seeded sampling (engine_label reads this)
+        self.sampling: Sampling | None = (
+            None  # draws as TRL does (settings above), not eval's seeded sampling: the Generator protocol
+        )
 
     @property
     def version(self) -> str:
@@ -31,14 +34,14 @@ class PolicySampler:
 
         return transformers.__version__
 
-    def token_ids(self, prompts: list[Prompt]) -> list[list[int]]:
+    def token_ids(self, prompts: Sequence[Prompt]) -> list[list[int]]:
         texts = [p for p in prompts if isinstance(p, str)]
         encoded = iter(self.tokenizer(texts, add_special_tokens=False)["input_ids"] if texts else [])
         return [next(encoded) if isinstance(p, str) else list(p) for p in prompts]
 
     def generate(
         self,
-        prompts: list[Prompt],
+        prompts: Sequence[Prompt],
         batch_size: int,
         budgets: list[int] | None = None,
         seeds: list[int] | None = None,
@@ -84,4 +87,4 @@ class PolicySampler:
 
 def with_end(item: Generated, eos: int | None) -> list[int]:
     """A completion's token ids as TRL hands them to rewards: up to and including its end-of-sequence token."""
-    return [*item.tokens, eos] if item.stopped else list(item.tokens)
+    return [*item.tokens, eos] if item.stopped and eos is not None else list(item.tokens)

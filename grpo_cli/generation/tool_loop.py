@@ -165,8 +165,8 @@ class ToolLoop:
     def _call(self, conversation: Conversation, call: dict) -> tuple[str, str]:
         """(tool name, the text the model reads): the result, or str({"error": ...}) as TRL writes a failure."""
         name = call_name(call)
-        function = call.get("function") if isinstance(call.get("function"), dict) else call
-        arguments = function.get("arguments") if isinstance(function.get("arguments"), dict) else {}
+        function = call["function"] if isinstance(call.get("function"), dict) else call
+        arguments = function["arguments"] if isinstance(function.get("arguments"), dict) else {}
         tool = next((t for t in conversation.tools if getattr(t, "__name__", None) == name), None)
         try:
             if call.get("type", "function") != "function":
@@ -174,7 +174,7 @@ class ToolLoop:
             if tool is None:
                 raise ValueError(f"Tool {name} not found.")
             result = tool(**arguments)
-            if inspect.isawaitable(result):
+            if inspect.iscoroutine(result):
                 result = asyncio.run(result)
             content, ok = (result if isinstance(result, str) else str(result)), True
         except Exception as exc:  # the guard has made it one short line already

@@ -8,7 +8,7 @@ out-of-memory shows up in the first batch, not after an hour). A sequence stops 
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 
 from grpo_cli.generation.base import Generated, Prompt, cut_at_stops, length_sorted_batches, sort_texts
 
@@ -46,15 +46,15 @@ class HFGenerator:
 
         return transformers.__version__
 
-    def token_ids(self, prompts: list[Prompt]) -> list[list[int]]:
+    def token_ids(self, prompts: Sequence[Prompt]) -> list[list[int]]:
         texts = [p for p in prompts if isinstance(p, str)]
         encoded = iter(self.tokenizer(texts, add_special_tokens=False)["input_ids"] if texts else [])
         return [next(encoded) if isinstance(p, str) else list(p) for p in prompts]
 
-    def prompt_lengths(self, prompts: list[Prompt]) -> list[int]:
+    def prompt_lengths(self, prompts: Sequence[Prompt]) -> list[int]:
         return [len(ids) for ids in self.token_ids(prompts)]
 
-    def _encode(self, prompts: list[Prompt]):
+    def _encode(self, prompts: Sequence[Prompt]):
         """Left-padded ids and mask on the model's device, left-truncated to the context budget."""
         import torch
 
@@ -69,7 +69,7 @@ class HFGenerator:
 
     def generate(
         self,
-        prompts: list[Prompt],
+        prompts: Sequence[Prompt],
         batch_size: int,
         budgets: list[int] | None = None,
         seeds: list[int] | None = None,
@@ -84,7 +84,7 @@ class HFGenerator:
         for batch in length_sorted_batches(self.prompt_lengths(prompts), batch_size, sort_texts(prompts)):
             input_ids, attention_mask = self._encode([prompts[i] for i in batch])
             # Sampling draws in a logits processor, each row from its own seed, and greedy search takes the draw.
-            draws = [RowSampler(self.sampling, [seeds[i] for i in batch])] if self.sampling else None
+            draws = [RowSampler(self.sampling, [(seeds or [])[i] for i in batch])] if self.sampling else None
             with torch.inference_mode() if self.inference_mode else torch.no_grad():
                 output = self.model.generate(
                     input_ids=input_ids,

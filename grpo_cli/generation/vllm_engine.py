@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 from grpo_cli.generation.base import Generated, Prompt, cut_at_stops, longest_first, sort_texts
@@ -100,7 +100,7 @@ class VLLMGenerator:
         self.max_length = getattr(self.config.get_text_config(), "max_position_embeddings", None)
         self.llm = None
 
-    def token_ids(self, prompts: list[Prompt]) -> list[list[int]]:
+    def token_ids(self, prompts: Sequence[Prompt]) -> list[list[int]]:
         """Prompt ids as the transformers engine builds them, left-truncated so prompt + budget fits the model."""
         texts = [p for p in prompts if isinstance(p, str)]
         encoded = iter(self.tokenizer(texts, add_special_tokens=False)["input_ids"] if texts else [])
@@ -139,7 +139,7 @@ class VLLMGenerator:
 
     def generate(
         self,
-        prompts: list[Prompt],
+        prompts: Sequence[Prompt],
         batch_size: int,
         budgets: list[int] | None = None,
         seeds: list[int] | None = None,
@@ -157,6 +157,7 @@ class VLLMGenerator:
             # On a GPU vLLM's own cap (256 sequences) keeps it busy; on a CPU the batch size bounds the KV cache.
             sequences = min(batch_size, len(prompts)) if not _on_gpu() else 256
             self._start(sequences, max(len(r) for r in rows))
+        assert self.llm is not None  # started above
         engine = self.llm.llm_engine
         lora = LoRARequest("adapter", 1, self.adapter) if self.adapter else None
         eos, drawn = self.tokenizer.eos_token_id, self.sampling
@@ -164,7 +165,7 @@ class VLLMGenerator:
             params = SamplingParams(
                 temperature=drawn.temperature if drawn else 0.0,
                 top_p=drawn.top_p if drawn else 1.0,
-                seed=seeds[i] if drawn else None,
+                seed=seeds[i] if drawn and seeds else None,
                 max_tokens=budgets[i],
                 stop=[s for s in self.stops if s] or None,
                 stop_token_ids=[eos] if eos is not None else None,

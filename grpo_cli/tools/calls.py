@@ -59,7 +59,7 @@ def batch_metrics(completions: list[Any], tool_names: set[str]) -> dict[str, flo
 
 
 def call_name(call: dict) -> str:
-    function = call.get("function") if isinstance(call.get("function"), dict) else call
+    function = call["function"] if isinstance(call.get("function"), dict) else call
     return str(function.get("name", ""))
 
 

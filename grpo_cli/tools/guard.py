@@ -82,7 +82,7 @@ def time_limit(seconds: float | None, message: str, error: type[Exception] | Non
     POSIX, which is where TRL and eval call synchronous tools and rewards; elsewhere the call runs unbounded). Tools
     and rewards share this one limit."""
     usable = seconds and hasattr(signal, "setitimer") and threading.current_thread() is threading.main_thread()
-    if not usable:
+    if not usable or seconds is None:
         yield
         return
 

@@ -14,7 +14,7 @@ import functools
 import inspect
 import math
 import numbers
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
 from grpo_cli.tools.calculator import calculator
@@ -33,15 +33,21 @@ class ToolLookupError(ValueError):
 class ToolEntry(Protocol):
     """A `tools:` entry as the registry reads it (recipe/user_code.py's ToolSpec is one): tools/ needs no recipe."""
 
-    name: str
-    timeout_s: float
-    max_result_chars: int
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def timeout_s(self) -> float: ...
+
+    @property
+    def max_result_chars(self) -> int: ...
 
 
 class EnvironmentEntry(ToolEntry, Protocol):
     """The `environment:` entry (recipe/user_code.py's EnvironmentSpec): a class, its arguments, its guard's limits."""
 
-    kwargs: dict[str, Any]
+    @property
+    def kwargs(self) -> dict[str, Any]: ...
 
 
 def resolve_tool(name: str) -> Callable[..., Any]:
@@ -130,7 +136,7 @@ def tool_name(func: Callable[..., Any]) -> str:
     return getattr(func, "__name__", "tool")
 
 
-def guarded_tools(specs: list[ToolEntry]) -> list[Callable[..., Any]]:
+def guarded_tools(specs: Sequence[ToolEntry]) -> list[Callable[..., Any]]:
     """The recipe's `tools:` entries, each behind its guard."""
     return [guard_tool(resolve_tool(spec.name), spec.timeout_s, spec.max_result_chars) for spec in specs]
 

@@ -3,19 +3,19 @@ plan's prompt lengths all take them from here, so each sees the same guarded fun
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from grpo_cli.tools.registry import EnvironmentEntry, ToolEntry, guarded_environment, guarded_tools
 
 
-def prompt_tools(tools: list[ToolEntry]) -> list[Callable[..., Any]] | None:
+def prompt_tools(tools: Sequence[ToolEntry]) -> list[Callable[..., Any]] | None:
     """The tools the chat template renders into every prompt (None without tools): prompt lengths count them."""
     return guarded_tools(tools) if tools else None
 
 
 def recipe_tools(
-    tools: list[ToolEntry],
+    tools: Sequence[ToolEntry],
     environment: EnvironmentEntry | None,
     model_name: str,
     tokenizer,
