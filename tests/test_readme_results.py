@@ -182,6 +182,8 @@ SPECS = {  # a phrase of the row's `what` cell: the figures of its result cell
         F(TOOL + "compare/comparison.json", f"{C}low {C}high", "(paired {!p:+.1f} to {!p:+.1f} pts)"),
         F(TOOL + "compare/trained/summary.json", "tools.completions_with_calls", "a call in {:.0%} of problems"),
         F(TOOL + "trained_without_tools/summary.json", f"{C}correct problems", "without the calculator: {}/{}"),
+        F(TOOL + "warmup_only/summary.json", "filters.correctness.accuracy", "before any GRPO step, scores {:.1%}"),
+        F(TOOL + "warmup_only/summary.json", "tools.completions_with_calls", "with a call in {:.0%} of problems"),
     ),
     "GSM8K, Qwen2.5-Coder-0.5B-Instruct": (
         # lm-eval's regexes re-scoring grpo's completions, as the README says (grpo's own scoring is comparison.json).
