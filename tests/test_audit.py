@@ -62,7 +62,7 @@ def recipe_file(tmp_path: Path, rewards: list[dict], **data) -> Path:
     return path
 
 
-def audit_of(tmp_path: Path, rewards: list[dict], rows: int = 100, **data):
+def audit_of(tmp_path: Path, rewards: list[dict], rows: int = 40, **data):
     recipe = Recipe.model_validate(yaml.safe_load(recipe_file(tmp_path, rewards, **data).read_text()))
     budget = recipe.grpo.max_completion_length
     return audit_rewards(recipe.data, recipe.rewards, recipe.model, recipe.training.seed, budget, rows=rows)
