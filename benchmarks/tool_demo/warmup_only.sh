@@ -5,7 +5,7 @@
 # predictions.jsonl, settings.json) and the rescored figures in benchmarks/tool_demo/warmup_only.txt. The run
 # folder (RUN, a temporary one by default) stays for you to remove; until the evaluation finishes, rerunning with the
 # same RUN continues it.
-#   RUN=/tmp/demo_tools bash benchmarks/tool_demo/warmup_only.sh
+#   RUN=runs/demo_tools bash benchmarks/tool_demo/warmup_only.sh
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 RUN=${RUN:-$(mktemp -d)/demo_tools}
