@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from statistics import fmean
 
-from grpo_cli.audit.scoring import AuditedReward, ScoredProbe
+from grpo_cli.audit.scoring import AuditedReward, ScoredProbe, weighted_total
 
 KINDS = ("false_pass", "false_fail", "shortcut", "indifferent", "blind", "failure")  # docs/rewards.md tables them
 HALF = 0.5  # of the known-good total: a reply earning this much is paid as if it were half right
@@ -57,6 +57,10 @@ class ProbeRow:
     @property
     def shortcut(self) -> bool:
         return self.right_share is not None and self.right_share >= STRATEGY_SHARE
+
+    def total(self, rewards: list[AuditedReward]) -> float:
+        """Its mean weighted total over the rewards."""
+        return weighted_total(rewards, self.means)
 
 
 @dataclass
@@ -113,15 +117,15 @@ def findings(rows: list[ProbeRow], rewards: list[AuditedReward], good: list[floa
         )
         return out
     reference = next((row for row in rows if row.scored.probe.name == "reference"), None)
-    silent = next((row for row in rows if row.scored.probe.name == "wrong answer"), None)
+    wrong = next((row for row in rows if row.scored.probe.name == "wrong answer"), None)
     for row in rows:
         if row.flagged and row.scored.probe.kind == "good":
             probe = row.scored.probe
             share = f"{100 * row.paid_share:.0f}% of {row.prompts} prompts"
             line = f"{probe.why} earns under half of a right answer on {share}: {FIXES[probe.category]}"
             out.append(Finding("false_fail", line, [probe.name], [], row.paid_share))
-    out += _indifferent(rewards, reference, silent)
-    out += _false_passes([r for r in rows if r.flagged and r.scored.probe.kind != "good"], rewards, reference, silent)
+    out += _indifferent(rewards, reference, wrong)
+    out += _false_passes([r for r in rows if r.flagged and r.scored.probe.kind != "good"], rewards, reference, wrong)
     shortcuts = sorted((r for r in rows if r.shortcut), key=lambda r: -r.right_share)
     if shortcuts:
         said = ", ".join(f"{r.scored.probe.why} {100 * r.right_share:.0f}%" for r in shortcuts)
@@ -130,38 +134,27 @@ def findings(rows: list[ProbeRow], rewards: list[AuditedReward], good: list[floa
     return out
 
 
-def _false_passes(rows: list[ProbeRow], rewards, reference, silent) -> list[Finding]:
+def _false_passes(rows: list[ProbeRow], rewards, reference, wrong) -> list[Finding]:
     """Known-bad replies and wrong strategies that are paid, grouped by the rewards that pay them and the fix."""
-    groups: dict[tuple, list[tuple[ProbeRow, float]]] = {}
+    groups: dict[tuple, list[ProbeRow]] = {}
     for row in rows:
-        weighted = sorted(
-            ((r.weight * (m or 0.0), i) for i, (r, m) in enumerate(zip(rewards, row.means))), reverse=True
-        )
-        total = sum(paid for paid, _ in weighted)
-        payers = tuple(i for paid, i in weighted if paid > 0.1 * total)  # a tenth of it: not a right answer's odd pay
+        total = row.total(rewards)
+        paid = sorted(((r.weight * (m or 0.0), i) for i, (r, m) in enumerate(zip(rewards, row.means))), reverse=True)
+        payers = tuple(i for amount, i in paid if amount > 0.1 * total)  # a tenth of it: not a right answer's odd pay
         if not payers:
             continue
         category = "wrong" if row.scored.probe.kind == "strategy" else row.scored.probe.category
-        fix = _fix(category, payers[0], reference, silent)
-        groups.setdefault((payers, fix), []).append((row, sum(paid for paid, _ in weighted)))
+        groups.setdefault((payers, _fix(category, payers[0], reference, wrong)), []).append(row)
+    good = reference.total(rewards) if reference else 0.0
     out = []
     for (payers, fix), members in groups.items():
         names = ", ".join(f"`{rewards[i].label}`" for i in payers)
         verb = "pays" if len(payers) == 1 else "pay"
-        said = ", ".join(f"{row.scored.probe.why} on {100 * row.paid_share:.0f}%" for row, _ in members)
-        paid = max(p for _, p in members)
-        good = reference_total(rewards, reference)
-        line = f"{names} {verb} up to {paid:.2g} of a right answer's {good:.2g} to {said} of prompts: {fix}"
-        share = max(row.paid_share for row, _ in members)
-        out.append(
-            Finding(
-                "false_pass",
-                line,
-                [row.scored.probe.name for row, _ in members],
-                [rewards[i].label for i in payers],
-                share,
-            )
-        )
+        said = ", ".join(f"{row.scored.probe.why} on {100 * row.paid_share:.0f}%" for row in members)
+        most = max(row.total(rewards) for row in members)
+        line = f"{names} {verb} up to {most:.2g} of a right answer's {good:.2g} to {said} of prompts: {fix}"
+        probes, paying = [row.scored.probe.name for row in members], [rewards[i].label for i in payers]
+        out.append(Finding("false_pass", line, probes, paying, max(row.paid_share for row in members)))
     return out
 
 
@@ -170,8 +163,7 @@ def _indifferent(rewards, reference: ProbeRow | None, wrong: ProbeRow | None) ->
     scores, it is not whether the answer is right."""
     out = []
     for index, reward in enumerate(rewards):
-        right = reference.means[index] if reference else None
-        paid_wrong = wrong.means[index] if wrong else None
+        right, paid_wrong = _mean_of(reference, index), _mean_of(wrong, index)
         if reward.is_model and right is not None and paid_wrong is not None and right <= paid_wrong:
             line = (
                 f"`{reward.label}` pays a wrong answer {paid_wrong:.2f} and the reference {right:.2f}: it does not "
@@ -181,20 +173,17 @@ def _indifferent(rewards, reference: ProbeRow | None, wrong: ProbeRow | None) ->
     return out
 
 
-def reference_total(rewards, reference: ProbeRow | None) -> float:
-    """What the reference answer earns on average, weighted."""
-    if reference is None:
-        return 0.0
-    return sum(r.weight * (m or 0.0) for r, m in zip(rewards, reference.means))
-
-
 def _fix(category: str, index: int, reference: ProbeRow | None, wrong: ProbeRow | None) -> str:
     """A reward that pays a wrong answer in the asked format as much as the reference checks form or length, not
     answers: the fix is its weight, not its reading."""
-    right = reference.means[index] if reference else None
-    paid_wrong = wrong.means[index] if wrong else None
+    right, paid_wrong = _mean_of(reference, index), _mean_of(wrong, index)
     checks_answers = right is not None and (paid_wrong is None or right > paid_wrong)
     return FIXES[category] if checks_answers else FORM_FIX
+
+
+def _mean_of(row: ProbeRow | None, index: int) -> float | None:
+    """The mean value reward `index` gives the probe of `row` (None: no such probe, or no value)."""
+    return row.means[index] if row is not None else None
 
 
 def _mean(values: list[float | None]) -> float | None:

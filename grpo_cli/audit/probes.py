@@ -16,8 +16,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from grpo_cli.audit.rules import RULES, SAID, as_answer, rule_answers
-from rewards.answers import NUMBER, to_number
-from rewards.verifiers import normalize_text
+from rewards.answers import NUMBER, numbers_equal, to_number
+from rewards.verifiers import normalize_text, normalized_equal
 
 PADDING_CHARS = 10_000
 HEDGE_ANSWERS = 20  # the long hedge: the right answer among this many
@@ -65,11 +65,15 @@ def build_probes(examples: list[dict[str, Any]], solutions: list[str | None], da
     example's worked reference solution where the data has one."""
     answers = [str(e.get("answer") or "") for e in examples]
     questions = [question_text(e.get("question", "")) for e in examples]
-    pool = _distinct(answers)
+    keys = [normalize_text(a) if a else "" for a in answers]  # once: a long answer is not normalised per example
+    pool: dict[str, str] = {}  # each distinct reference -> its first spelling
+    for key, answer in zip(keys, answers):
+        if key:
+            pool.setdefault(key, answer)
     return [
         *_good(answers, solutions, data),
         *_bad(answers, questions, pool, data),
-        *_strategies(answers, questions, data),
+        *_strategies(answers, Counter(k for k in keys if k), pool, questions, data),
     ]
 
 
@@ -112,70 +116,36 @@ def _bad(answers: list[str], questions: list[str], pool: dict[str, str], data) -
     wrongs = [_wrong_answers(a, pool, HEDGE_ANSWERS - 1) for a in answers]
     padding = ("Let me think about this step by step. " * (PADDING_CHARS // 38 + 1))[:PADDING_CHARS]
     nested = "\\boxed{" * NESTING + "{}" + "}" * NESTING
-    probes = [
-        Probe("empty", "bad", "an empty reply", [[""] for _ in answers], category="silent"),
-        Probe("whitespace", "bad", "a blank reply", [[" \n\t "] for _ in answers], category="silent"),
-        Probe(
-            "format, no answer",
-            "bad",
-            "the format with no answer",
-            [[marked("", data)] for _ in answers],
-            category="silent",
-        ),
-        Probe("padding", "bad", "10,000 characters of padding", [[padding] for _ in answers], category="silent"),
-        Probe(
-            "wrong answer",
-            "bad",
-            "a wrong answer",
-            [[marked(w[0], data)] if w else [] for w in wrongs],
-            category="wrong",
-        ),
-        Probe("echo", "bad", "the prompt echoed", [[q] for q in questions], category="echo"),
-        Probe(
-            "prompt's numbers",
-            "bad",
-            "every number of the prompt",
-            [[", ".join(NUMBER.findall(q))] if NUMBER.search(q) else [] for q in questions],
-            category="echo",
-        ),
-        Probe(
-            "two answers",
-            "bad",
-            "two answers at once",
-            [_pair(a, w, data) for a, w in zip(answers, wrongs)],
-            "min",
-            "hedge",
-        ),
-        Probe(
-            "one per line",
-            "bad",
-            "three answers, one per line",
-            [_lines(a, w, data) for a, w in zip(answers, wrongs)],
-            "min",
-            "hedge",
-        ),
-        Probe(
-            "twenty answers",
-            "bad",
-            "a list of twenty answers",
-            [_listed(a, w, data) for a, w in zip(answers, wrongs)],
-            category="hedge",
-        ),
-        Probe("unicode digits", "bad", "a wrong number in Unicode digits", _hostile(wrongs, data, _fullwidth)),
-        Probe("nested \\boxed{}", "bad", "deeply nested \\boxed{}", [[marked(nested, data)] for _ in answers]),
-        Probe("1,000 digits", "bad", "a 1,000-digit number", [[marked("9" * 1000, data)] for _ in answers]),
-        Probe("nan", "bad", "`nan`", [[marked("nan", data)] for _ in answers]),
-        Probe("inf", "bad", "`inf`", [[marked("inf", data)] for _ in answers]),
+
+    def every(text: str) -> list[list[str]]:  # the same reply to every prompt
+        return [[text] for _ in answers]
+
+    def hedged(write) -> list[list[str]]:  # the right answer among wrong ones, as `write` lists them
+        return [write(a, w, data) for a, w in zip(answers, wrongs)]
+
+    table = [  # name, what it is, the replies per example, the fix's category, which form counts
+        ("empty", "an empty reply", every(""), "silent", "max"),
+        ("whitespace", "a blank reply", every(" \n\t "), "silent", "max"),
+        ("format, no answer", "the format with no answer", every(marked("", data)), "silent", "max"),
+        ("padding", "10,000 characters of padding", every(padding), "silent", "max"),
+        ("wrong answer", "a wrong answer", [[marked(w[0], data)] if w else [] for w in wrongs], "wrong", "max"),
+        ("echo", "the prompt echoed", [[q] for q in questions], "echo", "max"),
+        ("prompt's numbers", "every number of the prompt", [_numbers_of(q) for q in questions], "echo", "max"),
+        ("two answers", "two answers at once", hedged(_pair), "hedge", "min"),
+        ("one per line", "three answers, one per line", hedged(_lines), "hedge", "min"),
+        ("twenty answers", "a list of twenty answers", hedged(_listed), "hedge", "max"),
+        ("unicode digits", "a wrong number in Unicode digits", [_fullwidth(w, data) for w in wrongs], "hostile", "max"),
+        ("nested \\boxed{}", "deeply nested \\boxed{}", every(marked(nested, data)), "hostile", "max"),
+        ("1,000 digits", "a 1,000-digit number", every(marked("9" * 1000, data)), "hostile", "max"),
+        ("nan", "`nan`", every(marked("nan", data)), "hostile", "max"),
+        ("inf", "`inf`", every(marked("inf", data)), "hostile", "max"),
     ]
-    for probe in probes[-5:]:
-        probe.category = "hostile"
+    probes = [Probe(name, "bad", why, forms, pick, category) for name, why, forms, category, pick in table]
     return [p for p in probes if any(p.forms)]
 
 
-def _strategies(answers: list[str], questions: list[str], data) -> list[Probe]:
-    counts = Counter(normalize_text(a) for a in answers if a)
-    written = {normalize_text(a): a for a in reversed(answers) if a}  # each answer's first spelling
-    commonest = written[counts.most_common(1)[0][0]] if counts else None
+def _strategies(answers: list[str], counts: Counter, pool: dict[str, str], questions: list[str], data) -> list[Probe]:
+    commonest = pool[counts.most_common(1)[0][0]] if counts else None
     constants = [commonest] if commonest else []
     constants += [c for c in CONSTANTS if all(normalize_text(c) != normalize_text(k) for k in constants)]
     probes = [
@@ -204,11 +174,10 @@ def _strategy(name: str, why: str, given: list[str | None], answers: list[str], 
 
 
 def same_answer(given: str, reference: str) -> bool:
-    """Equal as numbers when both are, else after SQuAD's normalisation."""
-    a, b = to_number(given), to_number(reference)
-    if a is not None and b is not None:
-        return abs(a - b) <= 1e-6 * max(1.0, abs(b))
-    return normalize_text(given) == normalize_text(reference)
+    """Equal as numbers when both are (`1.5` is not `15`), else after SQuAD's normalisation."""
+    if to_number(given) is not None and to_number(reference) is not None:
+        return numbers_equal(given, reference)
+    return normalized_equal(given, reference)
 
 
 def _each(answers: list[str], data, change, only: list[bool] | None = None) -> list[list[str]]:
@@ -229,16 +198,6 @@ def _money(answer: str) -> str:
 def _decimal(answer: str) -> str:
     value = to_number(answer)
     return f"{value:.1f}" if value == int(value) else f"{value}0"
-
-
-def _distinct(answers: list[str]) -> dict[str, str]:
-    """Each distinct reference (normalised, once: a long answer is not normalised again per example) -> its first
-    spelling."""
-    seen: dict[str, str] = {}
-    for a in answers:
-        if a:
-            seen.setdefault(normalize_text(a), a)
-    return seen
 
 
 def _wrong_answers(answer: str, pool: dict[str, str], count: int) -> list[str]:
@@ -275,13 +234,12 @@ def _listed(answer: str, wrongs: list[str], data) -> list[str]:
     return [marked(", ".join(wrongs[:middle] + [answer] + wrongs[middle:]), data)]
 
 
-def _fullwidth(wrong: str) -> str | None:
-    return wrong.translate(FULLWIDTH) if to_number(wrong) is not None else None
+def _numbers_of(question: str) -> list[str]:
+    return [", ".join(NUMBER.findall(question))] if NUMBER.search(question) else []
 
 
-def _hostile(wrongs: list[list[str]], data, write) -> list[list[str]]:
-    out = []
-    for w in wrongs:
-        text = write(w[0]) if w else None
-        out.append([marked(text, data)] if text else [])
-    return out
+def _fullwidth(wrongs: list[str], data) -> list[str]:
+    """A wrong number written in Unicode's fullwidth digits, marked."""
+    if not wrongs or to_number(wrongs[0]) is None:
+        return []
+    return [marked(wrongs[0].translate(FULLWIDTH), data)]

@@ -33,17 +33,13 @@ def _difference(numbers: list[float]) -> float:
     return max(numbers) - min(numbers)
 
 
-def _product(numbers: list[float]) -> float:
-    return math.prod(numbers)
-
-
 RULES: dict[str, Callable[[list[float]], float]] = {
     "first number": lambda n: n[0],
     "last number": lambda n: n[-1],
     "largest number": max,
     "sum": math.fsum,
     "difference": _difference,  # the largest less the smallest: `a - b` of a two-number problem, never negative
-    "product": _product,
+    "product": math.prod,
 }
 SAID = {  # each rule in a sentence
     "first number": "the prompt's first number",

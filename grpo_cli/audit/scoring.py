@@ -65,16 +65,21 @@ def _score(probe, examples, columns, rewards, chat, encode) -> ScoredProbe:
     per_reward = [_call(reward, probe.name, batch, len(flat)) for reward in rewards]
     totals: list[float | None] = [None] * len(examples)
     values: list[list[float | None]] = [[None] * len(examples) for _ in rewards]
-    for i in range(len(examples)):
-        at = [j for j, row in enumerate(rows) if row == i]
-        if not at:
-            continue
-        weighted = [sum(r.weight * (v[j] or 0.0) for r, v in zip(rewards, per_reward)) for j in at]
-        chosen = at[weighted.index(max(weighted) if probe.pick == "max" else min(weighted))]
-        totals[i] = max(weighted) if probe.pick == "max" else min(weighted)
+    positions: dict[int, list[int]] = {}  # example -> its forms' places in the batch
+    for j, i in enumerate(rows):
+        positions.setdefault(i, []).append(j)
+    choose = max if probe.pick == "max" else min
+    for i, at in positions.items():
+        chosen = choose(at, key=lambda j: weighted_total(rewards, [v[j] for v in per_reward]))
+        totals[i] = weighted_total(rewards, [v[chosen] for v in per_reward])
         for r, v in enumerate(per_reward):
             values[r][i] = v[chosen]
     return ScoredProbe(probe, totals, values)
+
+
+def weighted_total(rewards: list[AuditedReward], values: list[float | None]) -> float:
+    """The total TRL gives a completion: each reward's value times its weight, a reward with no value adding 0."""
+    return sum(r.weight * (v or 0.0) for r, v in zip(rewards, values))
 
 
 def _call(reward: AuditedReward, probe: str, batch: dict[str, Any], count: int) -> list[float | None]:

@@ -33,9 +33,9 @@ def print_audit(console, audit: Audit, source: str) -> None:
             paid = f"{100 * (1 - row.paid_share):.0f}%"
         style = "bold red" if row.flagged else ("yellow" if row.shortcut else None)
         right = "" if row.right_share is None else f"{100 * row.right_share:.0f}%"
-        total = sum(r.weight * (m or 0.0) for r, m in zip(audit.rewards, row.means))
+        total = f"{row.total(audit.rewards):.2f}"
         table.add_row(
-            probe.name, KINDS[probe.kind], *cells, f"{total:.2f}", f"{row.share_of_good:.2f}", paid, right, style=style
+            probe.name, KINDS[probe.kind], *cells, total, f"{row.share_of_good:.2f}", paid, right, style=style
         )
     console.print(table)
     console.print(
@@ -46,18 +46,23 @@ def print_audit(console, audit: Audit, source: str) -> None:
         f"a known-bad reply or a wrong strategy paid (or a known-good reply not paid) on "
         f"{100 * FINDING_SHARE:.0f}% of prompts or more, a strategy right on {100 * STRATEGY_SHARE:.0f}%."
     )
-    for label in audit.not_audited:
-        console.print(f"not audited: `{label}` is a model; add --models to load it and score the probes")
     best = audit.best_rule()
     if best is not None:
         console.print(
             f"trivial rules: the best, {best.scored.probe.why}, is right on "
             f"{100 * (best.right_share or 0):.0f}% of prompts"
         )
-    for finding in audit.findings:
-        console.print(f"[bold]{finding.kind.replace('_', ' ')}[/bold]: {finding.line}", highlight=False)
+    for line in finding_lines(audit):
+        console.print(line, highlight=False)
     if not audit.findings:
         console.print("no finding: no known-bad reply is paid, every known-good one is")
+
+
+def finding_lines(audit: Audit) -> list[str]:
+    """One line per finding, then one per reward left out: `grpo audit` prints them under its table, `grpo preflight`
+    as its first section."""
+    lines = [f"{finding.kind.replace('_', ' ')}: {finding.line}" for finding in audit.findings]
+    return lines + [f"not audited: `{label}` is a model (--models loads it)" for label in audit.not_audited]
 
 
 def audit_json(audit: Audit) -> dict[str, Any]:

@@ -22,10 +22,9 @@ REFERENCE_ROWS = 64  # references checked: one pass among them is enough, and a 
 def training_references(data: DataSection, seed: int) -> list[dict[str, Any]]:
     """The first REFERENCE_ROWS training examples (prompt, question, answer), as training prepares them with the
     training `seed`."""
-    from grpo_cli.data import select_rows, to_example
+    from grpo_cli.audit.run import training_examples
 
-    rows, _ = select_rows(data, seed=seed)
-    return [to_example(row, data) for row in rows[:REFERENCE_ROWS]]
+    return training_examples(data, seed, REFERENCE_ROWS)[0]
 
 
 def problem_references(data: DataSection, problems: list) -> list[dict[str, Any]]:

@@ -217,24 +217,16 @@ def report_lines(summary: dict[str, Any]) -> list[str]:
     shown = ", ".join(f"{_quoted(t['answer'])} {_pct(t['share'])}" for t in d["top"])
     if d["other"]["count"]:
         shown += f", other {_pct(d['other']['share'])}"
-    if b["answer"] is None:
-        return [
-            f"answers ({d['verifier']}'s reading, {d['distinct']} distinct): {shown or 'none'}",
-            f"majority baseline: none, no reference answer reads as {d['reading']} under {d['verifier']}",
-            "shortcut: " + "; ".join(summary["shortcut"]["reasons"])
-            if summary["shortcut"]["flag"]
-            else "shortcut: none",
-        ]
-    lines = [
-        f"answers ({d['verifier']}'s reading, {d['distinct']} distinct): {shown}",
-        f"majority baseline: always `{b['answer']}` {_pct(b['accuracy'])} (95% {_pct(b['ci95'][0])}-"
-        f"{_pct(b['ci95'][1])}, {b['classes']} distinct reference answers)"
-        + (
-            ""
-            if summary.get("balanced_accuracy") is None
-            else f"; balanced accuracy {_pct(summary['balanced_accuracy'])}"
-        ),
-    ]
+    if b["answer"] is None:  # no reference reads under the verifier: nothing to compare with
+        baseline = f"majority baseline: none, no reference answer reads as {d['reading']} under {d['verifier']}"
+    else:
+        baseline = (
+            f"majority baseline: always `{b['answer']}` {_pct(b['accuracy'])} (95% {_pct(b['ci95'][0])}-"
+            f"{_pct(b['ci95'][1])}, {b['classes']} distinct reference answers)"
+        )
+    if summary.get("balanced_accuracy") is not None:
+        baseline += f"; balanced accuracy {_pct(summary['balanced_accuracy'])}"
+    lines = [f"answers ({d['verifier']}'s reading, {d['distinct']} distinct): {shown or 'none'}", baseline]
     rules = summary.get("trivial_rules")
     if rules:
         shown = ", ".join(f"{rule} {_pct(share)}" for rule, share in rules["accuracy"].items())

@@ -83,7 +83,7 @@ def constant_policies(
     """Score the CONSTANT_ANSWERS most common reference answers of the training data (`data`, shuffled with the
     training seed) as constant completions with the verifiers among `rewards` (`funcs`: their callables, as
     model_rewards/build.reward_functions gives them); None without reference answers or without a verifier reward."""
-    from grpo_cli.data import select_rows, to_example
+    from grpo_cli.audit.run import training_examples
     from grpo_cli.eval.shortcuts import read_reference, reading_of
     from grpo_cli.eval.task import role_of
     from grpo_cli.preflight.sampling import score
@@ -91,7 +91,7 @@ def constant_policies(
     verifiers = [spec for spec in rewards if role_of(spec) == "verifier"]
     if not data.answer_column or not verifiers:
         return None
-    examples = [to_example(row, data) for row in select_rows(data, seed=seed)[0][:rows]]
+    examples, _ = training_examples(data, seed, rows)
     if not examples:
         return None
     reading = reading_of(verifiers[0].name)

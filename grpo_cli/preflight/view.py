@@ -6,7 +6,7 @@ from typing import Any
 
 from rich.markup import escape
 
-from grpo_cli.audit.view import audit_json
+from grpo_cli.audit.view import audit_json, finding_lines
 from grpo_cli.plan.memory import GIB
 from grpo_cli.plan.view import override_args, warmup_lines
 from grpo_cli.preflight.run import Preflight
@@ -221,7 +221,5 @@ def print_audit_lines(console, audit) -> None:
     found = audit.findings
     head = f"[bold]rewards[/]  audit of {audit.prompts} training prompts: "
     console.print(head + (f"{len(found)} finding(s)" if found else "no finding"), highlight=False)
-    for finding in found:
-        console.print(f"     {finding.kind.replace('_', ' ')}: {finding.line}", highlight=False)
-    for label in audit.not_audited:
-        console.print(f"     not audited: `{label}` is a model (grpo audit --models loads it)", highlight=False)
+    for line in finding_lines(audit):
+        console.print(f"     {line}", highlight=False)

@@ -62,12 +62,11 @@ def merged_weights(model):
 
     prefix = getattr(model, "prefix", None) if hasattr(model, "peft_config") else None  # "lora_" under PEFT
     layers = {f"{name}.base_layer.weight": m for name, m in model.named_modules() if isinstance(m, LoraLayer)}
-    for name, param in model.named_parameters():
-        if prefix is not None:
-            name = name.removeprefix("base_model.model.")
-            if prefix in name or "original_module" in name:  # the adapter itself, and a saved module's old copy
-                continue
-        layer = layers.get(f"base_model.model.{name}" if prefix is not None else name)
+    for full_name, param in model.named_parameters():
+        name = full_name.removeprefix("base_model.model.") if prefix is not None else full_name
+        if prefix is not None and (prefix in name or "original_module" in name):  # the adapter, a saved module's copy
+            continue
+        layer = layers.get(full_name)
         tensor = param.detach().clone()
         if layer is not None:
             for adapter in layer.active_adapters:
