@@ -134,4 +134,4 @@ def start_lines(data: DataSection, rewards: list[RewardSpec], model: ModelSectio
     if not rewards or not data.answer_column:
         return []
     line = audit_rewards(data, rewards, model, seed, budget, rows=TRAIN_ROWS).summary_line()
-    return [f"{line} (the table: grpo audit RECIPE)"] if line else []
+    return [f"{line} (`grpo audit` on this recipe prints the table)"] if line else []
