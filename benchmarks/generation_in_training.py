@@ -87,8 +87,8 @@ def main() -> None:
 
     texts = [tokenizer.apply_chat_template(row["prompt"], add_generation_prompt=True, tokenize=False) for row in rows]
     if narrowed:  # grpo eval casts the whole model once (grpo_cli/eval/evaluate.py); LoRA B starts at 0: the base
-        from grpo_cli.eval.evaluate import compute_dtype
         from grpo_cli.models import load_model
+        from grpo_cli.recipe.precision import compute_dtype
 
         dtype = compute_dtype(recipe.model, recipe.quantization)
         base = load_model(recipe.model.model_copy(update={"dtype": dtype}), recipe.quantization)

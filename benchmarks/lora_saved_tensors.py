@@ -1,7 +1,8 @@
 """What autograd keeps per token per decoder layer, by the tensors' last dimension and dtype: a census with
 saved-tensor hooks over one forward of a random 2-layer SmolLM2-shaped model (h 576, f 1536, 3 KV heads), LoRA r=16
 on all Linear layers or full fine-tuning, float32 or bfloat16 weights, no autocast. Parameters are not counted; each
-storage once. Compared with the plan's activation formula (grpo_cli/plan/memory.py) before its LoRA kept-input term.
+storage once. Compared with the plan's activation formula (grpo_cli/plan/phase_terms.py) before its LoRA kept-input
+term.
 
     python benchmarks/lora_saved_tensors.py fp32 lora     # one line per (last dim, dtype); see lora_saved_tensors.txt
 """

@@ -5,7 +5,7 @@ config-only model folder) and for the newest live-tensor peak of each benchmarks
 demo and Qwen2.5-Coder-0.5B), so nothing is trained here and a fit takes seconds. A coordinate search over a grid
 minimises the largest |error|, then the sum of squared errors among the fits within 0.5 point of it.
 
-    python benchmarks/memory_fit.py   # errors with the constants in grpo_cli/plan/memory.py, the fit, the RSS fit
+    python benchmarks/memory_fit.py   # errors with the constants in grpo_cli/plan/phase_terms.py, the fit, the RSS fit
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 from memory import ARCHS, CPU_MATRIX, CUDA_MATRIX, TINY_MATRIX, recipe_dict  # noqa: E402
 
 import grpo_cli.plan.memory as model  # noqa: E402
+import grpo_cli.plan.phase_terms as fitted  # noqa: E402  (the FITTED constants)
 
 CPU_MEMORY_ROWS = ROOT / "benchmarks" / "cpu_memory.jsonl"
 
@@ -152,7 +153,7 @@ def rss_fit(rows) -> None:
 def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         rows = cases(Path(tmp))
-        current = {name: getattr(model, name) for name in FITTED}
+        current = {name: getattr(fitted, name) for name in FITTED}
         print("constants now:", current)
         for (name, *_), error in zip(rows, errors(rows)):
             print(f"  {name:32s} {error:+6.1f}%")
@@ -160,13 +161,13 @@ def main() -> None:
         for _ in range(4):  # coordinate search: one constant at a time over its grid, until nothing improves
             for name, grid in FITTED.items():
                 for value in grid:
-                    setattr(model, name, value)
+                    setattr(fitted, name, value)
                     candidate = score(rows)
                     if candidate < best[0]:
                         best = (candidate, {**best[1], name: value})
-                setattr(model, name, best[1][name])
+                setattr(fitted, name, best[1][name])
         for name, value in best[1].items():
-            setattr(model, name, value)
+            setattr(fitted, name, value)
         print("fitted:", best[1], f"max |error| {best[0][0]}%")
         for (name, *_), error in zip(rows, errors(rows)):
             print(f"  {name:32s} {error:+6.1f}%")

@@ -1,13 +1,15 @@
 """`model.chat_template`: a chat template for the tokenizer in place of its own, by the name of one TRL ships or from a
 .jinja file. The use: a model whose own template renders no tools, such as SmolLM2-135M-Instruct, which speaks the
 same ChatML as Qwen2.5; given TRL's `qwen2_5` template it renders tool calls the Qwen2.5 way, and TRL recognises the
-template and reads the calls back with its Qwen2.5 parser (docs/tools.md)."""
+template and reads the calls back with its Qwen2.5 parser (docs/tools.md). And the prompt as the model reads it, through
+whichever template the tokenizer has."""
 
 from __future__ import annotations
 
 import importlib.util
 import json
 from pathlib import Path
+from typing import Any
 
 from grpo_cli.errors import UserError
 
@@ -92,3 +94,19 @@ def adapt(tokenizer, model):
     """The tokenizer as the recipe's model section asks: its chat template, and the tokens it writes as text."""
     apply_choice(tokenizer, model.chat_template)
     return write_as_text(tokenizer, model.text_tokens)
+
+
+def render_prompt(tokenizer, prompt: Any, tools: list | None = None) -> str:
+    """The text the model reads: chat messages through the tokenizer's chat template (with the generation prompt and
+    the descriptions of the `tools` it may call), plain text as it is. Training (TRL), preflight sampling and
+    evaluation all see the same string."""
+    if isinstance(prompt, list):
+        return tokenizer.apply_chat_template(prompt, tools=tools or None, add_generation_prompt=True, tokenize=False)
+    return prompt
+
+
+def prompt_lengths(tokenizer, prompts: list, tools: list | None = None) -> list[int]:
+    """Tokens the model will see for each prompt (with the chat template, tools and generation prompt), tokenized in
+    one batch (thousands of prompts in about a second)."""
+    texts = [render_prompt(tokenizer, p, tools) for p in prompts]
+    return [len(ids) for ids in tokenizer(texts, add_special_tokens=False)["input_ids"]] if texts else []

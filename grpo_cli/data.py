@@ -7,9 +7,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from grpo_cli.chat_templates import prompt_lengths
 from grpo_cli.errors import UserError
+from grpo_cli.recipe.data_section import DataSection
 from grpo_cli.recipe.generated_tasks import generate_task, task_name
-from grpo_cli.recipe.schema import DataSection
 from grpo_cli.recipe.sources import GENERATED, LOCAL_DATA_BUILDERS, directory_named_as_file
 from rewards.answers import normalize_number, to_number
 from rewards.gsm8k_task import generate_problems, gsm8k_gold, has_numeric_gold, solution_steps
@@ -248,52 +249,3 @@ def unusable_reason(prompt: Any, answer: Any, data: DataSection) -> str | None:
     if data.answer_column and data.answer_format == "gsm8k" and not has_numeric_gold(str(answer)):
         return f"`{data.answer_column}` has no number after `####`"
     return None
-
-
-def plain_prompts(data: DataSection, seed: int = 0) -> list | None:
-    """The prompts `prepare` builds before its length filter, read without `datasets` (whose import alone takes
-    longer than `grpo plan`): generated data and JSON files without a shuffle. None where only `prepare` can say
-    (other file types, a shuffle, missing columns, no usable row)."""
-    import json
-
-    if data.shuffle_seed is not None:
-        return None
-    if data.source == GENERATED:
-        rows = generate_problems(data.limit or DEFAULT_GENERATED_ROWS, seed)
-    elif task_name(data.source) is not None:
-        rows = generate_task(data.source, data.split, data.limit or DEFAULT_GENERATED_ROWS, seed)
-    else:
-        path = Path(data.source).expanduser()
-        try:
-            text = path.read_text(encoding="utf-8") if path.suffix in (".jsonl", ".json") else None
-            rows = json.loads(text) if text and text.lstrip().startswith("[") else None
-            if rows is None and text is not None:
-                rows = [json.loads(line) for line in text.splitlines() if line.strip()]
-        except (OSError, ValueError):
-            return None
-        if not isinstance(rows, list) or not all(isinstance(row, dict) for row in rows):
-            return None
-    columns = {key for row in rows for key in row}
-    if data.prompt_column not in columns:
-        return None
-    try:
-        kept, _ = keep_rows(rows, data)
-    except UserError:  # `prepare` will say why, in its own words
-        return None
-    return [build_prompt(r[data.prompt_column], data.system_prompt, data.chat) for r in kept]
-
-
-def render_prompt(tokenizer, prompt: Any, tools: list | None = None) -> str:
-    """The text the model reads: chat messages through the tokenizer's chat template (with the generation prompt and
-    the descriptions of the `tools` it may call), plain text as it is. Training (TRL), preflight sampling and
-    evaluation all see the same string."""
-    if isinstance(prompt, list):
-        return tokenizer.apply_chat_template(prompt, tools=tools or None, add_generation_prompt=True, tokenize=False)
-    return prompt
-
-
-def prompt_lengths(tokenizer, prompts: list, tools: list | None = None) -> list[int]:
-    """Tokens the model will see for each prompt (with the chat template, tools and generation prompt), tokenized in
-    one batch (thousands of prompts in about a second)."""
-    texts = [render_prompt(tokenizer, p, tools) for p in prompts]
-    return [len(ids) for ids in tokenizer(texts, add_special_tokens=False)["input_ids"]] if texts else []

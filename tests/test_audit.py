@@ -173,7 +173,7 @@ def test_a_tiny_data_set_is_audited_and_one_without_answers_has_nothing_to_probe
 
 
 def test_the_probes_are_built_from_the_prompt_and_the_reference():
-    from grpo_cli.recipe.schema import DataSection
+    from grpo_cli.recipe.data_section import DataSection
 
     data = DataSection(answer_marker="hashes")
     examples = [{"prompt": "q", "question": "Ava has 12 apples and buys 3 more.", "answer": "15"}]

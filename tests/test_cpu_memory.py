@@ -177,7 +177,7 @@ def test_head_tiles_are_narrowed_on_the_cpu_and_an_upgrade_without_the_setting_i
 
     from grpo_cli.errors import UserError
     from grpo_cli.libraries.seams import CPU_HEAD_TILE, check_trl, narrow_head_tiles
-    from grpo_cli.plan.memory import CPU_VOCAB_CHUNK_SIZE
+    from grpo_cli.plan.phase_terms import CPU_VOCAB_CHUNK_SIZE
 
     assert CPU_VOCAB_CHUNK_SIZE == CPU_HEAD_TILE  # the plan's CPU head term is the width the trainer sets
     monkeypatch.setattr(trl_utils, "_CHUNKED_LOGPROB_CHUNK_SIZE", 32768)

@@ -6,7 +6,7 @@ import pytest
 
 from grpo_cli.data import build_prompt, prepare
 from grpo_cli.errors import UserError
-from grpo_cli.recipe.schema import DataSection
+from grpo_cli.recipe.data_section import DataSection
 from rewards.answers import extract_answer, last_number, normalize_number, numbers_equal
 from rewards.gsm8k_task import generate_problems, gsm8k_gold
 

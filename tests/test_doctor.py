@@ -13,7 +13,7 @@ from packaging.requirements import Requirement
 from typer.testing import CliRunner
 
 from grpo_cli.cli import app
-from grpo_cli.libraries import seams
+from grpo_cli.libraries import names, seams
 
 runner = CliRunner()
 
@@ -44,7 +44,7 @@ def test_doctor_passes_here_and_names_versions_the_private_names_and_the_vllm_ra
 
 
 def test_doctor_json_and_a_missing_trl_name(monkeypatch):
-    renamed = seams.Name("trl", "GRPOTrainer._renamed_in_a_new_trl", "stands for a renamed method by calling")
+    renamed = names.Name("trl", "GRPOTrainer._renamed_in_a_new_trl", "stands for a renamed method by calling")
     monkeypatch.setattr(seams, "TRL_NAMES", (*seams.TRL_NAMES, renamed))
     result = runner.invoke(app, ["doctor", "--json"])
     assert result.exit_code == 1, result.output
@@ -78,8 +78,8 @@ def test_doctor_lists_vllms_names_with_the_versions_and_the_fallback_for_a_missi
     vllm_line = next(line for line in result.output.splitlines() if "vllm private names" in line)
     assert vllm_line.startswith("ok") and seams.vllm_label() in vllm_line and seams.VLLM_CHECKED in vllm_line
     listed = {line.split(maxsplit=1)[1] for line in result.output.splitlines() if line.startswith(" " * 8)}
-    for names, _ in seams.VLLM_GROUPS.values():
-        assert {n.label for n in names} <= listed, result.output
+    for group, _ in seams.VLLM_GROUPS.values():
+        assert {n.label for n in group} <= listed, result.output
     assert "outside trl's range" in next(line for line in result.output.splitlines() if "trl vllm range" in line)
     import vllm.lora.ops.torch_ops as own
 

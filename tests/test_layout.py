@@ -50,11 +50,12 @@ def test_few_flat_modules_and_one_package_per_job():
     assert {"recipe", "train", "plan", "preflight", "eval"} <= packages
 
 
-def test_no_module_over_300_lines_and_no_function_over_80():
+def test_no_module_over_280_lines_and_no_function_over_80():
+    """A module that reaches the cap is split by idea, not squeezed under it."""
     long = {
         str(p.relative_to(PACKAGE)): n
         for p in PACKAGE.rglob("*.py")
-        if (n := len(p.read_text(encoding="utf-8").splitlines())) > 300
+        if (n := len(p.read_text(encoding="utf-8").splitlines())) > 280
     }
     assert not long, long
     functions = {

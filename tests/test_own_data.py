@@ -12,7 +12,7 @@ from typer.testing import CliRunner
 from conftest import fails_cleanly, write_jsonl, write_recipe
 from grpo_cli.cli import app
 from grpo_cli.data import build_prompt, split_reference
-from grpo_cli.recipe.schema import DataSection
+from grpo_cli.recipe.data_section import DataSection
 
 runner = CliRunner()
 CAPITALS = [("France", "Paris"), ("Japan", "Tokyo"), ("Italy", "Rome"), ("Peru", "Lima")] * 2

@@ -103,7 +103,7 @@ def test_lengths_are_cached_on_the_file_and_measured_again_when_it_changes(tiny_
 
 def test_train_checks_ram_with_the_same_figure_as_the_plan(tiny_qwen2, tmp_path, monkeypatch):
     from grpo_cli.plan import gpus
-    from grpo_cli.train.run import ram_warning
+    from grpo_cli.train.runtime import ram_warning
 
     path = write_recipe(tmp_path, tiny_qwen2, data={"max_prompt_length": 500})  # within its 512 positions
     plan = planned(path)

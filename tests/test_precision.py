@@ -282,9 +282,10 @@ def test_eval_generates_in_the_training_precision_with_the_adapter_unmerged(tmp_
     from peft import LoraConfig, get_peft_model
     from transformers import AutoModelForCausalLM
 
-    from grpo_cli.eval.evaluate import compute_dtype, settings_of
+    from grpo_cli.eval.evaluate import settings_of
     from grpo_cli.eval.targets import Target
     from grpo_cli.generation.engines import TRANSFORMERS, build_generator
+    from grpo_cli.recipe.precision import compute_dtype
 
     peft = get_peft_model(
         AutoModelForCausalLM.from_pretrained(tiny_llama, dtype=torch.float32),

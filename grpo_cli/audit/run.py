@@ -12,7 +12,8 @@ from typing import Any
 from grpo_cli.audit.findings import Finding, ProbeRow, findings, good_totals, probe_rows
 from grpo_cli.audit.probes import build_probes
 from grpo_cli.audit.scoring import AuditedReward, score_probes
-from grpo_cli.recipe.schema import DataSection, ModelSection
+from grpo_cli.recipe.data_section import DataSection
+from grpo_cli.recipe.model_section import ModelSection
 from grpo_cli.recipe.user_code import RewardSpec
 
 AUDIT_ROWS = 200  # training prompts probed: a share of prompts to the percent, cheap for a user's slow reward

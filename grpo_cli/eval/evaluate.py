@@ -33,8 +33,10 @@ from grpo_cli.generation.base import Generator
 from grpo_cli.generation.engines import build_generator, choose_engine, engine_label
 from grpo_cli.generation.tool_loop import tool_summary
 from grpo_cli.progress import quiet_libraries
+from grpo_cli.recipe.data_section import DataSection
 from grpo_cli.recipe.eval_section import EvalSection
-from grpo_cli.recipe.schema import DataSection, ModelSection, QuantizationSection, Recipe
+from grpo_cli.recipe.precision import compute_dtype
+from grpo_cli.recipe.schema import Recipe
 from grpo_cli.recipe.user_code import EnvironmentSpec, ToolSpec
 from grpo_cli.runs.layout import SUMMARY_FILE
 
@@ -266,14 +268,3 @@ def _tool_stream(loop, todo: list, system_prompt: str | None, batch_size: int):
         for k, p in enumerate(todo)
     ]
     return loop.run(examples, batch_size)
-
-
-def compute_dtype(model: ModelSection, quantization: QuantizationSection | None) -> str:
-    """The dtype generation runs in: training's matmul precision (bitsandbytes-quantized models keep theirs)."""
-    import torch
-
-    from grpo_cli.recipe.precision import precision_here
-
-    if quantization is not None:
-        return model.dtype
-    return precision_here(model, on_cpu=not torch.cuda.is_available()).inference_dtype

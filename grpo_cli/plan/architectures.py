@@ -13,7 +13,9 @@ from pathlib import Path
 from typing import Any
 
 from grpo_cli.errors import UserError
-from grpo_cli.recipe.schema import DataSection, GRPOSection, ModelSection
+from grpo_cli.recipe.data_section import DataSection
+from grpo_cli.recipe.model_section import ModelSection
+from grpo_cli.recipe.schema import GRPOSection
 
 
 @dataclass(frozen=True)

@@ -8,7 +8,7 @@ from __future__ import annotations
 from grpo_cli.plan.architectures import Architecture
 from grpo_cli.plan.sharding import Term
 from grpo_cli.plan.static_memory import Held
-from grpo_cli.recipe.schema import LoraSection
+from grpo_cli.recipe.model_section import LoraSection
 
 
 def layer_backward_transients(

@@ -16,8 +16,10 @@ from pathlib import Path
 
 from grpo_cli.errors import UserError
 from grpo_cli.plan.light_tokenizer import folder_identity
+from grpo_cli.recipe.data_section import DataSection
 from grpo_cli.recipe.generated_tasks import task_name
-from grpo_cli.recipe.schema import DataSection, ModelSection, Recipe
+from grpo_cli.recipe.model_section import ModelSection
+from grpo_cli.recipe.schema import Recipe
 from grpo_cli.recipe.sources import GENERATED, model_location
 from grpo_cli.recipe.user_code import ToolSpec
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from grpo_cli.plan.architectures import Architecture
 from grpo_cli.plan.static_memory import Held
-from grpo_cli.recipe.schema import LoraSection
+from grpo_cli.recipe.model_section import LoraSection
 
 
 def kept_linear_inputs(arch: Architecture, held: Held, lora: LoraSection | None) -> float:

@@ -5,7 +5,7 @@ takes half a second; the tokenizer classes themselves do not. Which class `AutoT
 (the folder's config, its tokenizer_config.json, lists of known exceptions) that are not repeated here: the first
 plan of a local folder loads the tokenizer as training does and remembers the class it got, keyed on the folder's
 tokenizer files; later plans load that class directly and count with the same function as training
-(`data.prompt_lengths`). Anything else (a hub id, remote code, a folder not seen yet) returns None.
+(`chat_templates.prompt_lengths`). Anything else (a hub id, remote code, a folder not seen yet) returns None.
 """
 
 from __future__ import annotations
@@ -13,9 +13,10 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from grpo_cli.chat_templates import adapt
+from grpo_cli.chat_templates import adapt, prompt_lengths
 from grpo_cli.errors import UserError
-from grpo_cli.recipe.schema import DataSection, ModelSection
+from grpo_cli.recipe.data_section import DataSection
+from grpo_cli.recipe.model_section import ModelSection
 from grpo_cli.recipe.sources import model_location
 
 
@@ -90,7 +91,6 @@ def longest_prompt(
 ) -> tuple[int, int] | None:
     """(longest prompt that survives the length filter, prompts that survive) without torch or `datasets`, or None;
     `seed`: training.seed, which generated data is drawn with."""
-    from grpo_cli.data import plain_prompts, prompt_lengths
 
     prompts = plain_prompts(data, seed)
     tokenizer = light_tokenizer(model) if prompts else None
@@ -99,3 +99,39 @@ def longest_prompt(
     limit = data.max_prompt_length
     kept = [n for n in prompt_lengths(tokenizer, prompts, tools) if limit is None or n <= limit]
     return (max(kept), len(kept)) if kept else None
+
+
+def plain_prompts(data: DataSection, seed: int = 0) -> list | None:
+    """The prompts `prepare` builds before its length filter, read without `datasets` (whose import alone takes
+    longer than `grpo plan`): generated data and JSON files without a shuffle. None where only `prepare` can say
+    (other file types, a shuffle, missing columns, no usable row)."""
+    from grpo_cli.data import DEFAULT_GENERATED_ROWS, build_prompt, keep_rows
+    from grpo_cli.recipe.generated_tasks import generate_task, task_name
+    from grpo_cli.recipe.sources import GENERATED
+    from rewards.gsm8k_task import generate_problems
+
+    if data.shuffle_seed is not None:
+        return None
+    if data.source == GENERATED:
+        rows = generate_problems(data.limit or DEFAULT_GENERATED_ROWS, seed)
+    elif task_name(data.source) is not None:
+        rows = generate_task(data.source, data.split, data.limit or DEFAULT_GENERATED_ROWS, seed)
+    else:
+        path = Path(data.source).expanduser()
+        try:
+            text = path.read_text(encoding="utf-8") if path.suffix in (".jsonl", ".json") else None
+            rows = json.loads(text) if text and text.lstrip().startswith("[") else None
+            if rows is None and text is not None:
+                rows = [json.loads(line) for line in text.splitlines() if line.strip()]
+        except (OSError, ValueError):
+            return None
+        if not isinstance(rows, list) or not all(isinstance(row, dict) for row in rows):
+            return None
+    columns = {key for row in rows for key in row}
+    if data.prompt_column not in columns:
+        return None
+    try:
+        kept, _ = keep_rows(rows, data)
+    except UserError:  # `prepare` will say why, in its own words
+        return None
+    return [build_prompt(r[data.prompt_column], data.system_prompt, data.chat) for r in kept]

@@ -18,7 +18,8 @@ from grpo_cli.plan import architectures
 from grpo_cli.plan.architectures import Architecture
 from grpo_cli.plan.fit import Changes, PlanResult
 from grpo_cli.plan.memory import Plan, limit_prompt_tokens, memory_plan
-from grpo_cli.recipe.schema import LoraSection, Recipe
+from grpo_cli.recipe.model_section import LoraSection
+from grpo_cli.recipe.schema import Recipe
 
 GENERATIONS = "grpo.num_generations"
 COMPLETION = "grpo.max_completion_length"

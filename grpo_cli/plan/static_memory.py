@@ -9,7 +9,8 @@ from dataclasses import dataclass
 from grpo_cli.plan.architectures import Architecture
 from grpo_cli.plan.sharding import Term
 from grpo_cli.recipe.machine import DistributedSection
-from grpo_cli.recipe.schema import GRPOSection, LoraSection, ModelSection, QuantizationSection
+from grpo_cli.recipe.model_section import LoraSection, ModelSection, QuantizationSection
+from grpo_cli.recipe.schema import GRPOSection
 
 # bitsandbytes: NF4/FP4 store 0.5 byte per weight plus one float32 absmax per 64-weight block (0.0625 B);
 # double quantisation stores that absmax in 8 bits with a float32 per 256 blocks (~0.0157 B).

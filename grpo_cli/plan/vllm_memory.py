@@ -13,7 +13,8 @@ from grpo_cli.libraries import vllm_settings
 from grpo_cli.plan.architectures import Architecture
 from grpo_cli.plan.sharding import Term
 from grpo_cli.plan.static_memory import Held
-from grpo_cli.recipe.schema import DataSection, GRPOSection
+from grpo_cli.recipe.data_section import DataSection
+from grpo_cli.recipe.schema import GRPOSection
 
 GIB = 2**30
 # vLLM's libraries, compiled kernels and engine buffers, beyond its weights, packed vocabulary and KV cache, as resident

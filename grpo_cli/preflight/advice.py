@@ -11,7 +11,8 @@ from grpo_cli.plan.memory import GIB, Plan
 from grpo_cli.preflight.constant_policy import ConstantPolicies
 from grpo_cli.preflight.sampling import SampledGroups
 from grpo_cli.preflight.validation_time import ValidationTiming
-from grpo_cli.recipe.schema import DataSection, GRPOSection, Recipe, TrainingSection
+from grpo_cli.recipe.data_section import DataSection
+from grpo_cli.recipe.schema import GRPOSection, Recipe, TrainingSection
 from grpo_cli.recipe.user_code import RewardSpec
 from grpo_cli.runs.layout import SAMPLES_FILE
 

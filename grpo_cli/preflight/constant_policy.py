@@ -13,7 +13,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from statistics import fmean
 
-from grpo_cli.recipe.schema import DataSection
+from grpo_cli.recipe.data_section import DataSection
 from grpo_cli.recipe.user_code import RewardSpec
 
 CONSTANT_ANSWERS = 3  # the most common reference answers tried

@@ -30,7 +30,8 @@ def fixed_length_data(directory: Path, rows: int = 64) -> Path:
 
 def calibration_recipe(recipe: Recipe, tokenizer, work: Path) -> Recipe:
     """The same recipe on fixed-length prompts, full-length completions, no checkpoint saving, 2 steps."""
-    from grpo_cli.data import build_prompt, prompt_lengths
+    from grpo_cli.chat_templates import prompt_lengths
+    from grpo_cli.data import build_prompt
     from grpo_cli.tools.wiring import prompt_tools
 
     data_file = fixed_length_data(work)

@@ -16,7 +16,8 @@ from grpo_cli.preflight.measure import StepMeasurement, measure_steps
 from grpo_cli.preflight.sampling import SampledGroups, default_prompt_count, sample_groups
 from grpo_cli.preflight.validation_time import ValidationTiming, time_validation
 from grpo_cli.preflight.warmup_steps import WarmupTiming, time_warmup
-from grpo_cli.recipe.schema import DataSection, GRPOSection, Recipe
+from grpo_cli.recipe.data_section import DataSection
+from grpo_cli.recipe.schema import GRPOSection, Recipe
 
 
 @dataclass

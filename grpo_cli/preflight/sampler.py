@@ -10,7 +10,7 @@ from grpo_cli.recipe.schema import GRPOSection
 def sample_batch(loop, sampler: PolicySampler, prompts: list, columns: dict, start: int, g: int):
     """`g` sampled completions of each prompt: their token ids, the completions as rewards receive them, and (with
     tools, through the tool loop) each one's tool figures."""
-    from grpo_cli import data
+    from grpo_cli.chat_templates import render_prompt
 
     if loop is not None:
         examples = [
@@ -24,7 +24,7 @@ def sample_batch(loop, sampler: PolicySampler, prompts: list, columns: dict, sta
             [{"tools": r.extra["tools"]} for r in results],
         )
     # Each prompt g times in place: the draws `generate(num_return_sequences=g)` makes.
-    texts = [data.render_prompt(sampler.tokenizer, p) for p in prompts for _ in range(g)]
+    texts = [render_prompt(sampler.tokenizer, p) for p in prompts for _ in range(g)]
     items = [item for batch in sampler.generate(texts, len(texts)) for item in batch]
     ids = [with_end(item, sampler.tokenizer.eos_token_id) for item in items]
     chat = isinstance(prompts[0], list)

@@ -8,7 +8,7 @@ import math
 import time
 from dataclasses import dataclass
 
-from grpo_cli.recipe.schema import ModelSection, QuantizationSection
+from grpo_cli.recipe.model_section import ModelSection, QuantizationSection
 
 
 @dataclass

@@ -17,7 +17,7 @@ import sys
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from grpo_cli.recipe.schema import QuantizationSection
+    from grpo_cli.recipe.model_section import QuantizationSection
 
 # Libraries that decide at their own import whether bitsandbytes is there; after them, marking it absent is too late.
 _DECIDERS = ("bitsandbytes", "peft", "transformers", "trl", "accelerate")

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from grpo_cli.recipe.data_section import DataSection
 from grpo_cli.recipe.eval_section import EvalSection
 from grpo_cli.recipe.machine import DistributedSection
+from grpo_cli.recipe.model_section import QuantizationSection
 from grpo_cli.recipe.precision import BY_WEIGHTS
 from grpo_cli.recipe.reward_model_checks import reward_entry_problems
-from grpo_cli.recipe.schema import DataSection, GRPOSection, QuantizationSection, Recipe, generation_batch
+from grpo_cli.recipe.schema import GRPOSection, Recipe, generation_batch
 from grpo_cli.recipe.validation_section import ValidationSection
 from grpo_cli.recipe.warmup_checks import warmup_problems
 from grpo_cli.recipe.yaml_source import KeyPath

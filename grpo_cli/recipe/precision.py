@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from grpo_cli.recipe.schema import ModelSection
+from grpo_cli.recipe.model_section import ModelSection, QuantizationSection
 
 # /proc/cpuinfo flags of x86 CPUs whose vector units multiply bfloat16 (Zen 4 and later, Cooper Lake, Sapphire Rapids).
 NATIVE_BF16_CPU_FLAGS = frozenset({"avx512_bf16", "amx_bf16"})
@@ -103,3 +103,12 @@ def precision_here(model: ModelSection, on_cpu: bool | None = None) -> Precision
 
         mixed = mixed_precision(model, bool(torch.cuda.is_bf16_supported()))
     return Precision(model.dtype, mixed, on_cpu)
+
+
+def compute_dtype(model: ModelSection, quantization: QuantizationSection | None) -> str:
+    """The dtype generation runs in: training's matmul precision (bitsandbytes-quantized models keep theirs)."""
+    import torch
+
+    if quantization is not None:
+        return model.dtype
+    return precision_here(model, on_cpu=not torch.cuda.is_available()).inference_dtype

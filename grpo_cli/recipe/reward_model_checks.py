@@ -12,8 +12,9 @@ from typing import Any
 
 from grpo_cli.chat_templates import template_problem
 from grpo_cli.errors import UserError
+from grpo_cli.recipe.data_section import DataSection
 from grpo_cli.recipe.machine import DistributedSection
-from grpo_cli.recipe.schema import DataSection, GRPOSection
+from grpo_cli.recipe.schema import GRPOSection
 from grpo_cli.recipe.sources import looks_like_path, model_location
 from grpo_cli.recipe.user_code import POLICY, RewardSpec
 from grpo_cli.recipe.yaml_source import KeyPath

@@ -9,19 +9,16 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BeforeValidator, Field, PrivateAttr, field_validator
 
+from grpo_cli.recipe.data_section import DataSection
 from grpo_cli.recipe.eval_section import EvalSection
 from grpo_cli.recipe.health_section import HealthSection
-from grpo_cli.recipe.machine import ArchitectureSection, DistributedSection, HardwareSection
+from grpo_cli.recipe.machine import DistributedSection, HardwareSection
+from grpo_cli.recipe.model_section import LoraSection, ModelSection, QuantizationSection
 from grpo_cli.recipe.section import Section
 from grpo_cli.recipe.user_code import EnvironmentSpec, RewardSpec, ToolSpec
 from grpo_cli.recipe.validation_section import ValidationSection
 from grpo_cli.recipe.warmup_section import WarmupSection
 
-Dtype = Literal["bfloat16", "float16", "float32"]
-# YAML reads a bare `no` as false
-MixedPrecision = Annotated[Literal["auto", "bf16", "fp16", "no"], BeforeValidator(lambda v: "no" if v is False else v)]
-# One name where a list is expected is a list of one
-Names = Annotated[list[str], BeforeValidator(lambda v: [v] if isinstance(v, str) else v)]
 LossType = Literal["grpo", "bnpo", "dr_grpo", "dapo", "cispo", "sapo", "luspo", "vespo"]
 Optimizer = Literal[
     "adamw_torch", "adamw_torch_fused", "adamw_8bit", "adamw_bnb_8bit", "paged_adamw_8bit", "paged_adamw_32bit",
@@ -52,98 +49,10 @@ Tracker = Literal[
     "wandb",
 ]
 
-DEFAULT_SYSTEM_PROMPT = "Respond in the following format:\n<reasoning>\n...\n</reasoning>\n<answer>\n...\n</answer>"
-
 
 def generation_batch(per_device_batch: int, processes: int, steps_per_generation: int) -> int:
     """TRL's generation batch in completions (per-device batch x processes x steps_per_generation): whole groups."""
     return per_device_batch * processes * steps_per_generation
-
-
-class ModelSection(Section):
-    name: str = Field(
-        description="Hub id (Qwen/Qwen2.5-0.5B-Instruct), local model directory, or a .gguf file.", min_length=1
-    )
-    dtype: Dtype = Field("bfloat16", description="Weight dtype. TRL would load float32 if none were given.")
-    mixed_precision: MixedPrecision = Field(
-        "auto",
-        description="Matmuls in bf16/fp16 under autocast; weights, gradients and optimizer stay in dtype. "
-        "auto: bfloat16 weights -> bf16, float16 -> fp16, float32 -> bf16 where the hardware computes bfloat16 "
-        "natively (GPUs with bf16, CPUs with AVX512-BF16 or AMX), else no.",
-    )
-    attn_implementation: Literal["eager", "sdpa", "flash_attention_2", "flash_attention_3", "flex_attention"] = "sdpa"
-    gradient_checkpointing: bool = Field(True, description="Recompute activations in backward to save memory.")
-    trust_remote_code: bool = Field(
-        False, description="Run Python code shipped with the model. Off unless you trust it."
-    )
-    revision: str | None = Field(None, description="Hub branch, tag or commit.")
-    tokenizer: str | None = Field(None, description="Tokenizer id or directory when it differs from the model's.")
-    chat_template: str | None = Field(
-        None,
-        min_length=1,
-        description="Instead of the tokenizer's: a template TRL ships (qwen2_5) or a .jinja file.",
-    )
-    text_tokens: list[str] = Field([], max_length=32, description="Added tokens written as plain text (docs/tools.md).")
-    architecture: ArchitectureSection | None = Field(
-        None,
-        description="Shape for `grpo plan` when neither a config.json, a .gguf header nor the built-in table has it.",
-    )
-
-
-class LoraSection(Section):
-    r: int = Field(16, ge=1, le=4096, description="LoRA rank.")
-    alpha: int = Field(32, ge=1, description="LoRA scaling numerator (scale = alpha / r).")
-    dropout: float = Field(0.05, ge=0.0, lt=1.0)
-    target_modules: Names = Field(
-        default_factory=lambda: ["all-linear"],
-        description="Module names to adapt, or `all-linear` for every Linear layer except the output head.",
-    )
-    bias: Literal["none", "all", "lora_only"] = "none"
-    use_rslora: bool = False
-    adapter: str | None = Field(
-        None, description="Start from this PEFT adapter (folder or hub id) trained on model.name with this r and alpha."
-    )
-
-
-class QuantizationSection(Section):
-    bits: Literal[4, 8] = Field(4, description="4 = QLoRA (NF4/FP4), 8 = LLM.int8 base weights.")
-    quant_type: Literal["nf4", "fp4"] = "nf4"
-    double_quant: bool = Field(True, description="Quantize the block scales too (saves ~0.4 bit/param).")
-    compute_dtype: Dtype | None = Field(None, description="Matmul dtype; defaults to model.dtype.")
-
-
-class DataSection(Section):
-    source: str = Field(
-        "openai/gsm8k",
-        description="Hub dataset name, a local .jsonl/.json/.parquet/.csv file, `generated` (seeded GSM8K-format "
-        "arithmetic problems, offline) or `generated:parity` (seeded yes/no questions, test split held out).",
-    )
-    config: str | None = Field(None, description="Hub dataset configuration (GSM8K: main).")
-    split: str = "train"
-    prompt_column: str = "question"
-    answer_column: str | None = Field("answer", description="Column with the reference answer; null for none.")
-    answer_format: Literal["gsm8k", "plain"] = Field(
-        "gsm8k", description="gsm8k: the gold answer is the number after `####`; plain: the column as is."
-    )
-    system_prompt: str | None = DEFAULT_SYSTEM_PROMPT
-    answer_marker: Literal["tag", "hashes"] = Field(
-        "tag",
-        description="How the system prompt asks the model to mark its final answer: `tag` = <answer>...</answer>, "
-        "`hashes` = GSM8K's `#### <number>`. `grpo eval` counts a strict-match only for answers marked this way.",
-    )
-    chat: bool = Field(True, description="Build chat messages (uses the tokenizer's chat template); false: plain text.")
-    max_prompt_length: int | None = Field(
-        None, ge=1, description="Drop prompts longer than this many tokens (the count dropped is reported)."
-    )
-    limit: int | None = Field(None, ge=1, description="Use at most this many rows (for `generated`: how many to make).")
-    shuffle_seed: int | None = Field(None, description="Shuffle rows with this seed before `limit` is applied.")
-    max_solution_steps: int | None = Field(
-        None,
-        ge=1,
-        description="Keep only problems whose reference solution has at most this many lines of working "
-        "before `####` (GSM8K writes one step per line): an easier curriculum for small models. Applied after `limit`, "
-        "so rows past the limit stay held out.",
-    )
 
 
 class GRPOSection(Section):

@@ -6,7 +6,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from grpo_cli.recipe.schema import ModelSection, TrainingSection
+from grpo_cli.recipe.model_section import ModelSection
+from grpo_cli.recipe.schema import TrainingSection
 
 
 def shared_trainer_args(

@@ -8,7 +8,8 @@ from pathlib import Path
 
 from grpo_cli.errors import UserError
 from grpo_cli.recipe.checks import data_file_problem
-from grpo_cli.recipe.schema import DataSection, LoraSection, ModelSection
+from grpo_cli.recipe.data_section import DataSection
+from grpo_cli.recipe.model_section import LoraSection, ModelSection
 from grpo_cli.recipe.sources import LOCAL_DATA_SUFFIXES, looks_like_path, model_location
 from grpo_cli.recipe.user_code import RewardSpec
 from grpo_cli.recipe.warmup_section import REFERENCE, SELF, WarmupSection

@@ -11,8 +11,10 @@ from pathlib import Path
 from typing import Any
 
 from grpo_cli.files import read_jsonl
+from grpo_cli.recipe.data_section import DataSection
 from grpo_cli.recipe.health_section import HealthSection
-from grpo_cli.recipe.schema import DataSection, LoraSection, QuantizationSection, Recipe
+from grpo_cli.recipe.model_section import LoraSection, QuantizationSection
+from grpo_cli.recipe.schema import Recipe
 from grpo_cli.recipe.user_code import RewardSpec
 from grpo_cli.recipe.warmup_section import WarmupSection
 from grpo_cli.runs.layout import (

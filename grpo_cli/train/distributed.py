@@ -15,7 +15,8 @@ from typing import Any
 import yaml
 
 from grpo_cli.recipe.machine import DistributedSection
-from grpo_cli.recipe.schema import ModelSection, Recipe
+from grpo_cli.recipe.model_section import ModelSection
+from grpo_cli.recipe.schema import Recipe
 from grpo_cli.runs.layout import ACCELERATE_CONFIG_FILE, RANK_RECIPE_FILE
 
 LAUNCHED_ENV = "GRPO_LAUNCHED"  # set for the launched ranks: they train instead of launching again
@@ -150,7 +151,8 @@ def launch(recipe: Recipe, resume: bool, echo=print) -> int:
     every rank on that recipe (so no rank reads the user's YAML or re-applies overrides)."""
     import torch
 
-    from grpo_cli.runs.checkpoints import prepare_run_dir, write_resolved_recipe
+    from grpo_cli.runs.checkpoints import prepare_run_dir
+    from grpo_cli.runs.saved_recipe import write_resolved_recipe
     from grpo_cli.train.runtime import check_runtime
 
     check_runtime(recipe)

@@ -16,7 +16,7 @@ from grpo_cli.errors import UserError
 from grpo_cli.files import sole_writer
 from grpo_cli.recipe.schema import Recipe
 from grpo_cli.runs.validation_curve import best_line
-from grpo_cli.train.runtime import check_runtime
+from grpo_cli.train.runtime import check_runtime, ram_warning
 from grpo_cli.train.trainer import build_trainer, guarded_rewards
 
 if TYPE_CHECKING:
@@ -176,7 +176,7 @@ def _watch(trainer, display, log_completions: int, recorder, health: HealthCallb
 def _warn_warmup_asks_validation(examples, validate: Validate, console: Console) -> None:
     """Validation while training measures memory on problems the warm-up taught (GRPO's own overlap is warned of
     where the validation is built)."""
-    from grpo_cli.train.warmup_examples import validation_questions_in
+    from grpo_cli.train.warmup_example_checks import validation_questions_in
 
     problems = getattr(validate, "problems", [])
     asked = validation_questions_in(examples, [p.question for p in problems])
@@ -239,40 +239,6 @@ def _save_final(trainer, interrupted: bool, console: Console) -> Path | None:
     if trainer.is_world_process_zero():
         trainer.processing_class.save_pretrained(str(final_dir))
     return final_dir
-
-
-def ram_warning(recipe: Recipe) -> list[str]:
-    """On a CPU, before any weight loads: the plan's peak RSS for this data (`grpo plan`'s verdict figure) against
-    the memory the kernel says is available, and the cheapest change that fits (the kernel kills a process that runs
-    out, without a word)."""
-    import torch
-
-    from grpo_cli.plan import architectures
-    from grpo_cli.plan.data_lengths import read_data_lengths
-    from grpo_cli.plan.fit import suggest
-    from grpo_cli.plan.gpus import available_ram
-    from grpo_cli.plan.memory import GIB, memory_plan
-    from grpo_cli.plan.view import override_args
-
-    available = available_ram()
-    if torch.cuda.is_available() or available is None:
-        return []
-    try:
-        arch = architectures.resolve(recipe.model)
-    except UserError:  # an architecture the plan cannot read offline: nothing to compare
-        return []
-    lengths, _ = read_data_lengths(recipe)
-    prompt_tokens = lengths.longest_prompt if lengths else None
-    plan = memory_plan(recipe, arch, "cpu", available, prompt_tokens)
-    if plan.fits:
-        return []
-    lines = [
-        f"warning: the plan expects a peak RSS of {plan.peak_rss / GIB:.1f} GiB and {available / GIB:.1f} GiB is "
-        "available: the kernel may stop this run without a message"
-    ]
-    for label, changes, peak in suggest(recipe, arch, "cpu", available, prompt_tokens)[:1]:
-        lines.append(f"  {label} ({peak / GIB:.1f} GiB): add {' '.join(override_args(changes))}")
-    return lines
 
 
 def _start(recipe: Recipe, resume: bool, console: Console) -> Path | None:

@@ -1,4 +1,5 @@
-"""What this machine must have for a recipe (GPU, packages), checked before any rank starts or weight loads."""
+"""What this machine must have for a recipe (GPU, packages, on a CPU the memory), checked before any rank starts or
+weight loads."""
 
 from __future__ import annotations
 
@@ -97,3 +98,37 @@ def check_trackers(names: list[str]) -> None:
             raise UserError(
                 f"tracker {name} {what}: {fix}, or drop it from training.report_to", path="training.report_to"
             )
+
+
+def ram_warning(recipe: Recipe) -> list[str]:
+    """On a CPU, before any weight loads: the plan's peak RSS for this data (`grpo plan`'s verdict figure) against
+    the memory the kernel says is available, and the cheapest change that fits (the kernel kills a process that runs
+    out, without a word)."""
+    import torch
+
+    from grpo_cli.plan import architectures
+    from grpo_cli.plan.data_lengths import read_data_lengths
+    from grpo_cli.plan.fit import suggest
+    from grpo_cli.plan.gpus import available_ram
+    from grpo_cli.plan.memory import GIB, memory_plan
+    from grpo_cli.plan.view import override_args
+
+    available = available_ram()
+    if torch.cuda.is_available() or available is None:
+        return []
+    try:
+        arch = architectures.resolve(recipe.model)
+    except UserError:  # an architecture the plan cannot read offline: nothing to compare
+        return []
+    lengths, _ = read_data_lengths(recipe)
+    prompt_tokens = lengths.longest_prompt if lengths else None
+    plan = memory_plan(recipe, arch, "cpu", available, prompt_tokens)
+    if plan.fits:
+        return []
+    lines = [
+        f"warning: the plan expects a peak RSS of {plan.peak_rss / GIB:.1f} GiB and {available / GIB:.1f} GiB is "
+        "available: the kernel may stop this run without a message"
+    ]
+    for label, changes, peak in suggest(recipe, arch, "cpu", available, prompt_tokens)[:1]:
+        lines.append(f"  {label} ({peak / GIB:.1f} GiB): add {' '.join(override_args(changes))}")
+    return lines

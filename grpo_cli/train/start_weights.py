@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from grpo_cli.errors import UserError
-from grpo_cli.recipe.schema import LoraSection
+from grpo_cli.recipe.model_section import LoraSection
 from grpo_cli.recipe.warmup_checks import adapter_mismatch
 
 ADAPTER_KEY = "lora.adapter"

@@ -6,8 +6,9 @@ from contextlib import nullcontext
 from pathlib import Path
 
 from grpo_cli.progress import quiet_libraries
+from grpo_cli.recipe.model_section import ModelSection
 from grpo_cli.recipe.precision import Precision, precision_here
-from grpo_cli.recipe.schema import ModelSection, Recipe
+from grpo_cli.recipe.schema import Recipe
 from grpo_cli.recipe.user_code import EnvironmentSpec, RewardSpec, ToolSpec
 
 

@@ -23,7 +23,9 @@ them a rounding off at every sync; `merged_weights` only reads the model.
 from __future__ import annotations
 
 from grpo_cli.libraries import seams
-from grpo_cli.recipe.schema import DataSection, GRPOSection, ModelSection
+from grpo_cli.recipe.data_section import DataSection
+from grpo_cli.recipe.model_section import ModelSection
+from grpo_cli.recipe.schema import GRPOSection
 
 
 def prepare_environment(model: ModelSection, data: DataSection, grpo: GRPOSection, sequences: int) -> None:

@@ -15,8 +15,10 @@ from typing import Any
 from rich.console import Console
 
 from grpo_cli.errors import UserError
+from grpo_cli.recipe.data_section import DataSection
+from grpo_cli.recipe.model_section import ModelSection
 from grpo_cli.recipe.precision import Precision, precision_here
-from grpo_cli.recipe.schema import DataSection, ModelSection, Recipe, TrainingSection
+from grpo_cli.recipe.schema import Recipe, TrainingSection
 from grpo_cli.recipe.trainer_args import shared_trainer_args
 from grpo_cli.recipe.warmup_section import SELF, WarmupSection
 from grpo_cli.runs.layout import (
@@ -28,7 +30,8 @@ from grpo_cli.runs.layout import (
     WARMUP_SOURCE_FILE,
 )
 from grpo_cli.train.start_weights import named_adapter, start_from
-from grpo_cli.train.warmup_examples import WarmupExamples, checked_examples, read_examples, training_examples
+from grpo_cli.train.warmup_example_checks import checked_examples, read_examples
+from grpo_cli.train.warmup_examples import WarmupExamples, training_examples
 
 # What decides the warm-up's examples: those of an earlier attempt are reused only while these are unchanged.
 EXAMPLE_KEYS = ("source", "config", "split", "count", "samples_per_prompt", "reward", "min_reward")
@@ -55,7 +58,8 @@ def early_examples(recipe: Recipe, resume: bool) -> WarmupExamples | None:
 def run_warmup(recipe: Recipe, console: Console, resume: bool, early: WarmupExamples | None) -> WarmupOutcome:
     """The warm-up stage of `grpo train`: skipped when finished earlier, else trained (from its newest whole
     checkpoint when there is one) and saved to RUN/warmup/final/."""
-    from grpo_cli.runs.checkpoints import newest_complete, write_resolved_recipe
+    from grpo_cli.runs.checkpoints import newest_complete
+    from grpo_cli.runs.saved_recipe import write_resolved_recipe
 
     folder = recipe.output_dir / WARMUP_DIR
     final = folder / FINAL_DIR

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 from grpo_cli.errors import UserError
 from grpo_cli.generation.policy_sampler import PolicySampler, with_end
-from grpo_cli.recipe.schema import ModelSection, Recipe
+from grpo_cli.recipe.model_section import ModelSection
+from grpo_cli.recipe.schema import Recipe
 from grpo_cli.recipe.user_code import RewardSpec
 from grpo_cli.recipe.warmup_section import SELF
 from grpo_cli.train.frozen_weights import AUTOCAST_DTYPES
@@ -100,7 +101,7 @@ def _reward(rewards: list[RewardSpec], name: str, model: ModelSection):
 def _generate(sampler: PolicySampler, prompts: list, k: int):
     """`k` sampled completions of each prompt, each prompt's together: token ids (up to the end of sequence) and
     text."""
-    from grpo_cli.data import render_prompt
+    from grpo_cli.chat_templates import render_prompt
 
     texts = [render_prompt(sampler.tokenizer, p) for p in prompts for _ in range(k)]
     items = [item for batch in sampler.generate(texts, len(texts)) for item in batch]
