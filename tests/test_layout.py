@@ -297,3 +297,49 @@ def test_the_cycle_checks_read_relative_imports(tmp_path):
     assert strongly_connected(graph) == [{f"grpo_cli.{m}" for m in ("one.a", "one.b", "one.c", "two.d")}]
     assert strongly_connected(package_graph(tmp_path / "grpo_cli")) == [{"one/", "two/"}]
     assert strongly_connected({"a/": {"b/"}, "b/": {"c/"}, "c/": set()}) == []
+
+
+# What builds an evaluation: its problems, few-shot pool, prompts, scorer and verdicts (eval/problems.py, task.py,
+# scoring.py). eval/suite.py alone calls them; grpo eval, validation while training and preflight go through a suite.
+EVALUATION_BUILDERS = {
+    "grpo_cli.eval.problems": {"load_problems", "fewshot_pool", "lm_eval_prompts", "chat_prompts"},
+    "grpo_cli.eval.task": {"task_problems", "load_task_problems", "TaskScorer"},
+    "grpo_cli.eval.scoring": {"score"},
+}
+SUITE = "eval/suite.py"
+WHOLE = {f"{module} (whole module)" for module in EVALUATION_BUILDERS}
+
+
+def evaluation_builders_imported(tree: ast.AST) -> set[str]:
+    found = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module in EVALUATION_BUILDERS:
+            found |= {alias.name for alias in node.names} & EVALUATION_BUILDERS[node.module]
+        elif isinstance(node, ast.ImportFrom):  # `from grpo_cli.eval import task`: the module whole hides its builders
+            found |= {f"{node.module}.{a.name} (whole module)" for a in node.names} & WHOLE
+        elif isinstance(node, ast.Import):
+            found |= {f"{a.name} (whole module)" for a in node.names} & WHOLE
+    return found
+
+
+def test_only_the_evaluation_suite_builds_problems_prompts_and_verdicts():
+    builders = {module.removeprefix("grpo_cli.").replace(".", "/") + ".py" for module in EVALUATION_BUILDERS}
+    offenders = {}
+    for path in PACKAGE.rglob("*.py"):
+        name = str(path.relative_to(PACKAGE))
+        if name == SUITE or name in builders:
+            continue
+        found = evaluation_builders_imported(ast.parse(path.read_text(encoding="utf-8")))
+        if found:
+            offenders[name] = sorted(found)
+    assert not offenders, f"build evaluations through eval/suite.py (build_suite, EvalSuite): {offenders}"
+
+
+def test_the_suite_guard_catches_a_builder_imported_elsewhere():
+    direct = ast.parse("from grpo_cli.eval.problems import Problem, chat_prompts\n")
+    whole = ast.parse("from grpo_cli.eval import task\n")
+    aliased = ast.parse("import grpo_cli.eval.scoring as s\n")
+    assert evaluation_builders_imported(direct) == {"chat_prompts"}
+    assert evaluation_builders_imported(whole) == {"grpo_cli.eval.task (whole module)"}
+    assert evaluation_builders_imported(aliased) == {"grpo_cli.eval.scoring (whole module)"}
+    assert not evaluation_builders_imported(ast.parse("from grpo_cli.eval.problems import Problem\n"))

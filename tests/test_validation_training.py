@@ -172,7 +172,7 @@ def test_the_slice_is_the_first_problems_grpo_eval_scores_and_overlap_with_train
     recipe = load_recipe(write_recipe(tmp_path, tiny_llama, eval={"source": "generated"}, validation=SLICE))
     warned: list[str] = []
     validation = held_out_validation(recipe, warn=warned.append)
-    assert validation.problems == load_problems(recipe.eval)[0][:4]
+    assert list(validation.problems) == load_problems(recipe.eval)[0][:4]
     assert validation.budget == 4 and validation.batch_size == 2
     assert not warned  # generated evaluation problems are drawn with another seed than training's
 

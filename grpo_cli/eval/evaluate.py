@@ -21,27 +21,21 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from grpo_cli.eval.problems import fewshot_pool, load_problems, protocol_prompts
-from grpo_cli.eval.sampled import ProblemSamples, by_problem, repeated, sampled_record, summarize_sampled
+from grpo_cli.eval.sampled import ProblemSamples, by_problem, repeated, sampled_record
 from grpo_cli.eval.sampler import sampling_of
-from grpo_cli.eval.scoring import FILTERS, score, summarize
 from grpo_cli.eval.store import PredictionStore, previous_session
+from grpo_cli.eval.suite import EvalSuite, build_suite, max_new_tokens
 from grpo_cli.eval.targets import Target
-from grpo_cli.eval.task import TaskScorer, task_problems, task_settings
+from grpo_cli.eval.task import task_settings
 from grpo_cli.files import sole_writer
 from grpo_cli.generation.base import Generator
 from grpo_cli.generation.engines import build_generator, choose_engine, engine_label
 from grpo_cli.generation.tool_loop import tool_summary
 from grpo_cli.progress import quiet_libraries
-from grpo_cli.recipe.data_section import DataSection
-from grpo_cli.recipe.eval_section import EvalSection
 from grpo_cli.recipe.precision import compute_dtype
 from grpo_cli.recipe.schema import Recipe
 from grpo_cli.recipe.user_code import EnvironmentSpec, ToolSpec
 from grpo_cli.runs.layout import SUMMARY_FILE
-
-LM_EVAL_STOPS = ["Question:", "</s>", "<|im_end|>"]  # gsm8k.yaml `until`; the tokenizer's EOS is added
-DEFAULT_MAX_NEW_TOKENS = {"chat": 512, "lm-eval": 256, "task": 512}
 
 
 @dataclass
@@ -49,10 +43,6 @@ class EvalResult:
     output: Path
     summary: dict[str, Any]
     records: dict[int, dict[str, Any]] = field(default_factory=dict)
-
-
-def max_new_tokens(ev: EvalSection) -> int:
-    return ev.max_new_tokens or DEFAULT_MAX_NEW_TOKENS[ev.protocol]
 
 
 def settings_of(recipe: Recipe, target: Target, compute_dtype: str | None = None) -> dict[str, Any]:
@@ -106,13 +96,9 @@ def _evaluate(recipe: Recipe, target: Target, output: Path, display, engine: str
     training seed, tools, environment and tool-call limit where the protocol or the recipe uses them."""
     ev, data = recipe.eval, recipe.data
     quiet_libraries()  # dataset-loading bars and hub retry warnings would sit above our own progress
-    scorer = None
-    if ev.protocol == "task":
-        note = display.note if display else None
-        problems, unscorable, scorer = task_problems(ev, data, recipe.rewards, recipe.model, recipe.training.seed, note)
-    else:
-        problems, unscorable = load_problems(ev)
-    pool = fewshot_pool(ev) if ev.protocol == "lm-eval" and ev.num_fewshot else []  # its errors come before any file
+    note = display.note if display else None
+    suite = build_suite(ev, data, recipe.rewards, recipe.model, recipe.training.seed, note)  # refusals before any file
+    problems, unscorable = list(suite.problems), suite.unscorable
     model = recipe.model.model_copy(update={"name": target.model})  # the target, not the recipe's own model
     tools_used = uses_tools(recipe.tools, recipe.environment)
     if tools_used:  # before any file is written or weight loaded
@@ -121,7 +107,7 @@ def _evaluate(recipe: Recipe, target: Target, output: Path, display, engine: str
 
         check_tool_template(load_tokenizer(model), target.model)
     choice = choose_engine(engine, recipe.quantization, target.adapter, tools_used)  # before any file
-    sampling, names = sampling_of(ev), scorer.names if scorer else FILTERS
+    sampling, names = sampling_of(ev), suite.names
     dtype = compute_dtype(recipe.model, recipe.quantization)
     store = PredictionStore(output, settings_of(recipe, target, dtype) | choice.settings(), problems)
     todo = [p for p in problems if p.index not in store.records]
@@ -129,15 +115,14 @@ def _evaluate(recipe: Recipe, target: Target, output: Path, display, engine: str
     if todo:
         if display and choice.note:
             display.note(f"{target.label}: {choice.note}")
-        stops = LM_EVAL_STOPS if ev.protocol == "lm-eval" else []
-        budget = max_new_tokens(ev)
+        budget = suite.budget
         generator, tokenizer = build_generator(
-            model, recipe.quantization, target.adapter, choice, dtype, budget, stops, sampling
+            model, recipe.quantization, target.adapter, choice, dtype, budget, suite.stops, sampling
         )
         engine_used = {"engine": generator.name, "engine_version": generator.version, "lora_path": choice.lora_path}
         limit = recipe.grpo.max_tool_calling_iterations
         loop = _tool_loop(recipe.tools, recipe.environment, recipe.model.name, generator, tokenizer, budget, limit)
-        stream = _stream(ev, data, generator, tokenizer, todo, pool, sampling, loop)
+        stream = _stream(suite, generator, tokenizer, todo, sampling, loop)
         if display:
             display.start(
                 target.label,
@@ -147,7 +132,7 @@ def _evaluate(recipe: Recipe, target: Target, output: Path, display, engine: str
                 engine=engine_label(generator, dtype),
                 names=names,
             )
-        record = partial(_record, protocol=ev.protocol, answer_marker=data.answer_marker, scorer=scorer)
+        record = partial(_record, suite=suite)
         wall, new_tokens = _score_batches(stream, todo, store, display, record)
         if display:
             display.stop()
@@ -165,12 +150,7 @@ def _evaluate(recipe: Recipe, target: Target, output: Path, display, engine: str
             "limit": ev.limit,
             "unscorable": unscorable,
         },
-        **(
-            summarize_sampled(scored, sampling, ev.protocol, names, wall, len(todo), new_tokens, max_new_tokens(ev))
-            if sampling
-            else summarize(scored, wall, len(todo), new_tokens, max_new_tokens(ev), names)
-        ),
-        **(scorer.report(scored) if scorer else {}),  # the task's answers and majority baseline (eval/shortcuts.py)
+        **suite.summary(scored, wall, len(todo), new_tokens, sampling),
     }
     tools = tool_summary(scored)
     if tools is not None:
@@ -194,40 +174,33 @@ def _score_batches(stream, todo: list, store: PredictionStore, display, record) 
     return time.perf_counter() - started, new_tokens
 
 
-def _record(problem, item, protocol: str, answer_marker: str, scorer: TaskScorer | None = None) -> dict[str, Any]:
-    """One scored problem, as predictions.jsonl stores it (sampled: with each of its completions); scored by the
-    task's `scorer`, else by the `protocol`'s filters reading the answer marked as data.answer_marker says."""
-
-    def verdict(text: str) -> dict[str, Any]:
-        if scorer:
-            return scorer.score(text, problem)
-        return score(protocol, text, problem, answer_marker)
-
+def _record(problem, item, suite: EvalSuite) -> dict[str, Any]:
+    """One scored problem, as predictions.jsonl stores it (sampled: with each of its completions)."""
     if isinstance(item, ProblemSamples):
-        return sampled_record(problem, item.samples, [verdict(s.text) for s in item.samples], protocol)
+        verdicts = [suite.verdict(problem, s.text) for s in item.samples]
+        return sampled_record(problem, item.samples, verdicts, suite.ev.protocol)
     return {
         "index": problem.index,
         "question": problem.question,
         "gold": problem.gold,
         "completion": item.text,
-        **verdict(item.text),
+        **suite.verdict(problem, item.text),
         "new_tokens": item.new_tokens,
         **item.extra,
     }
 
 
-def _stream(
-    ev: EvalSection, data: DataSection, generator: Generator, tokenizer, todo: list, pool: list, sampling, loop=None
-):
+def _stream(suite: EvalSuite, generator: Generator, tokenizer, todo: list, sampling, loop=None):
     """The completions, a batch at a time: one per problem, or sampled, each problem's N together; through the tool
     `loop` when the recipe has tools."""
+    batch_size = suite.ev.batch_size
     if loop is not None:
-        return _tool_stream(loop, todo, data.system_prompt, ev.batch_size)
-    prompts = protocol_prompts(todo, ev, data, tokenizer, pool)
+        return _tool_stream(loop, todo, suite.data.system_prompt, batch_size)
+    prompts = suite.prompts(tokenizer, todo)
     if sampling is None:
-        return generator.generate(prompts, ev.batch_size)
+        return generator.generate(prompts, batch_size)
     prompts, seeds = repeated(prompts, todo, sampling)
-    return by_problem(generator.generate(prompts, ev.batch_size, seeds=seeds), sampling.samples)
+    return by_problem(generator.generate(prompts, batch_size, seeds=seeds), sampling.samples)
 
 
 def uses_tools(tools: list[ToolSpec], environment: EnvironmentSpec | None) -> bool:

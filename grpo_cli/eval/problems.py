@@ -101,13 +101,3 @@ def lm_eval_prompts(problems: list[Problem], pool: list[dict[str, Any]], num_few
 def chat_prompts(problems: list[Problem], data: DataSection, tokenizer) -> list[str]:
     """The training prompt: the data section's system prompt, through the chat template (or plain text)."""
     return [render_prompt(tokenizer, build_prompt(p.question, data.system_prompt, data.chat)) for p in problems]
-
-
-def protocol_prompts(
-    problems: list[Problem], ev: EvalSection, data: DataSection, tokenizer, pool: list[dict[str, Any]]
-) -> list[str]:
-    """What the evaluation's protocol shows the model for each problem: lm-eval's few-shot context (examples drawn
-    as its sampler draws them from `pool`), else the training prompt."""
-    if ev.protocol == "lm-eval":
-        return lm_eval_prompts(problems, pool, ev.num_fewshot, ev.fewshot_seed)
-    return chat_prompts(problems, data, tokenizer)

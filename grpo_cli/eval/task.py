@@ -56,15 +56,23 @@ def check_task(data: DataSection, rewards: list[RewardSpec]) -> None:
 
 
 def task_problems(
-    ev: EvalSection, data: DataSection, rewards: list[RewardSpec], model: ModelSection, seed: int, note=None
+    ev: EvalSection,
+    data: DataSection,
+    rewards: list[RewardSpec],
+    model: ModelSection,
+    seed: int,
+    note=None,
+    references: bool = True,
 ) -> tuple[list[Problem], int, TaskScorer]:
     """The held-out problems, how many rows were unusable, and their scorer (TaskScorer); refusals come before any
-    file. `seed`: training's, which drew the training prompts the overlap is counted on."""
+    file. `seed`: training's, which drew the training prompts the overlap is counted on (and `note`d); `references`:
+    run the verifiers on the reference answers first."""
     check_task(data, rewards)
     problems, unscorable = load_task_problems(ev, data)
     scorer = TaskScorer(data, rewards, model)  # an unknown reward is refused here
-    verifiers = [index for index, spec in enumerate(rewards) if role_of(spec) == "verifier"]
-    check_references(data, rewards, verifiers, problem_references(data, problems), ev.task_data(data)[0])
+    if references:
+        verifiers = [index for index, spec in enumerate(rewards) if role_of(spec) == "verifier"]
+        check_references(data, rewards, verifiers, problem_references(data, problems), ev.task_data(data)[0])
     overlap = training_overlap(data, problems, seed)
     if overlap and note:
         note(

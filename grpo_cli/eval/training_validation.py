@@ -10,13 +10,9 @@ from __future__ import annotations
 from typing import Any
 
 from grpo_cli.errors import UserError
-from grpo_cli.eval.evaluate import LM_EVAL_STOPS, max_new_tokens
-from grpo_cli.eval.problems import Problem, chat_prompts, fewshot_pool, lm_eval_prompts, load_problems
-from grpo_cli.eval.scoring import FILTERS, score, summarize
-from grpo_cli.eval.task import TaskScorer, check_task, load_task_problems, training_overlap
+from grpo_cli.eval.suite import EvalSuite, build_suite
+from grpo_cli.eval.task import training_overlap
 from grpo_cli.generation.transformers_engine import HFGenerator
-from grpo_cli.recipe.data_section import DataSection
-from grpo_cli.recipe.eval_section import EvalSection
 from grpo_cli.recipe.schema import Recipe
 from grpo_cli.recipe.validation_section import ValidationSection
 from grpo_cli.runs.validation_curve import PREFIX, SHORTCUT_KEY, SHORTCUT_REASON_KEY, accuracy_key
@@ -26,93 +22,81 @@ def held_out_validation(recipe: Recipe, warn=print) -> HeldOutValidation:
     """The validation of a recipe with a `validation:` section; the data's refusals (no usable row, no verifier)
     come here, before the run directory is written. A slice with training prompts in it is `warn`ed about. Reads the
     eval, validation, data, rewards and model sections, and training's seed."""
-    ev, data, size, offset = recipe.eval, recipe.data, recipe.validation.limit, recipe.validation.offset
+    settings = recipe.validation
+    if settings is None:
+        raise ValueError("held_out_validation needs a recipe with a validation: section")
+    ev, data, size, offset = recipe.eval, recipe.data, settings.limit, settings.offset
     reach = ev if ev.limit is None or ev.limit >= offset + size else ev.model_copy(update={"limit": offset + size})
-    scorer = None
-    if ev.protocol == "task":
-        check_task(data, recipe.rewards)
-        problems, _ = load_task_problems(reach, data)
-        scorer = TaskScorer(data, recipe.rewards, recipe.model)  # an unknown reward is refused here
-    else:
-        problems, _ = load_problems(reach)
-    if offset and len(problems) <= offset:
+    seed = recipe.training.seed
+    suite = build_suite(reach, data, recipe.rewards, recipe.model, seed, check_references=False)
+    if offset and len(suite.problems) <= offset:
         raise UserError(
-            f"eval's split holds {len(problems)} problems, none after the first {offset}; lower it",
+            f"eval's split holds {len(suite.problems)} problems, none after the first {offset}; lower it",
             path="validation.offset",
         )
-    problems = problems[offset : offset + size]
-    overlap = training_overlap(data, problems, recipe.training.seed)
+    suite = suite.window(offset, size)
+    overlap = training_overlap(data, list(suite.problems), seed)
     if overlap:
         warn(
-            f"warning: {overlap} of the {len(problems)} validation problems are also training prompts, so their "
+            f"warning: {overlap} of the {len(suite.problems)} validation problems are also training prompts, so their "
             "accuracy measures memory; validate on a held-out split (eval.split) or file (eval.source)"
         )
-    pool = fewshot_pool(ev) if ev.protocol == "lm-eval" and ev.num_fewshot else []
-    return HeldOutValidation(ev, data, recipe.validation, problems, scorer, pool)
+    return HeldOutValidation(suite, settings)
 
 
 class HeldOutValidation:
-    """`validate(model, tokenizer) -> {"val/...": number}`: one greedy pass over the slice. The model is put in eval
-    mode (no dropout) and back in the mode it was in; greedy decoding draws no random number, so the training run
-    continues as it would have without it. `ev`, `data`: what `grpo eval` would score with and how it prompts;
-    `validation`: the slice's own budget and batch size."""
+    """`validate(model, tokenizer) -> {"val/...": number}`: one greedy pass over the suite's problems. The model is
+    put in eval mode (no dropout) and back in the mode it was in; greedy decoding draws no random number, so the
+    training run continues as it would have without it. `validation`: the slice's own budget and batch size.
+    Training sees it as its `Validation` protocol (train/validation_callback.py)."""
 
-    def __init__(
-        self,
-        ev: EvalSection,
-        data: DataSection,
-        validation: ValidationSection,
-        problems: list[Problem],
-        scorer: TaskScorer | None,
-        pool: list[dict],
-    ):
-        self.ev, self.data, self.problems, self.scorer, self.pool = ev, data, problems, scorer, pool
-        self.budget = validation.max_new_tokens or max_new_tokens(ev)
-        self.batch_size = validation.batch_size or ev.batch_size
-        self.names = self.scorer.names if self.scorer else list(FILTERS)
+    def __init__(self, suite: EvalSuite, validation: ValidationSection):
+        self.suite, self.validation = suite, validation
+        self.budget = validation.max_new_tokens or suite.budget
+        self.batch_size = validation.batch_size or suite.ev.batch_size
         self._prompts: list[str] | None = None
 
-    def __call__(self, model, tokenizer) -> dict[str, float]:
-        ev = self.ev
-        stops = LM_EVAL_STOPS if ev.protocol == "lm-eval" else []
+    @property
+    def problems(self):
+        return self.suite.problems
+
+    @property
+    def questions(self) -> list[Any]:
+        return [p.question for p in self.suite.problems]
+
+    def first(self, n: int) -> HeldOutValidation:
+        """The same validation over its first `n` problems (a new object: this one is unchanged)."""
+        return HeldOutValidation(self.suite.first(n), self.validation)
+
+    def __call__(self, model, tokenizer) -> dict[str, Any]:
         max_length = getattr(model.config, "max_position_embeddings", None)
-        generator = HFGenerator(model, tokenizer, self.budget, stops, max_length, inference_mode=False)
+        generator = HFGenerator(model, tokenizer, self.budget, self.suite.stops, max_length, inference_mode=False)
         was_training = model.training
         model.eval()
         try:
             records = []
             for batch in generator.generate(self.prompts(tokenizer), self.batch_size):
-                records += [self._scored(self.problems[item.index], item.text, item.new_tokens) for item in batch]
+                records += [self._scored(self.suite.problems[item.index], item) for item in batch]
         finally:
             model.train(was_training)
         tokens = sum(r["new_tokens"] for r in records)
-        summary = summarize(records, 0.0, len(records), tokens, self.budget, self.names)
-        if self.scorer:  # the task protocol: the shortcut report `grpo eval` gives (eval/shortcuts.py)
-            summary.update(self.scorer.report(records))
-        return validation_metrics(summary)
+        return validation_metrics(self.suite.summary(records, 0.0, len(records), tokens, budget=self.budget))
 
     def prompts(self, tokenizer) -> list[str]:
         """The prompts `grpo eval` shows for these problems, rendered once with the training tokenizer."""
         if self._prompts is None:
-            ev = self.ev
-            if ev.protocol == "lm-eval":
-                self._prompts = lm_eval_prompts(self.problems, self.pool, ev.num_fewshot, ev.fewshot_seed)
-            else:
-                self._prompts = chat_prompts(self.problems, self.data, tokenizer)
+            self._prompts = self.suite.prompts(tokenizer)
         return self._prompts
 
-    def _scored(self, problem: Problem, text: str, new_tokens: int) -> dict[str, Any]:
-        if self.scorer:
-            verdict = self.scorer.score(text, problem)
-        else:
-            verdict = score(self.ev.protocol, text, problem, self.data.answer_marker)
-        return {"gold": problem.gold, "completion": text, **verdict, "new_tokens": new_tokens}
+    def _scored(self, problem, item) -> dict[str, Any]:
+        verdict = self.suite.verdict(problem, item.text)
+        return {"gold": problem.gold, "completion": item.text, **verdict, "new_tokens": item.new_tokens}
 
 
-def validation_metrics(summary: dict[str, Any]) -> dict[str, float]:
+def validation_metrics(summary: dict[str, Any]) -> dict[str, Any]:
     """An evaluation summary as flat metrics.jsonl keys, the protocol's first filter (or verifier) first; under the
     task protocol also the shortcut report's figures, its flag's kinds and reasons."""
-    row: dict[str, float] = {f"{PREFIX}problems": summary["problems"]}
+    row: dict[str, Any] = {f"{PREFIX}problems": summary["problems"]}
     for name, figures in summary["filters"].items():
         row[accuracy_key(name)] = figures["accuracy"]
         row[f"{PREFIX}{name}/correct"] = figures["correct"]

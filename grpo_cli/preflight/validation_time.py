@@ -7,8 +7,12 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from grpo_cli.recipe.model_section import ModelSection, QuantizationSection
+
+if TYPE_CHECKING:  # training's protocol, read by the checker; the module itself needs transformers
+    from grpo_cli.train.validation_callback import Validation
 
 
 @dataclass
@@ -28,7 +32,7 @@ class ValidationTiming:
 
 
 def time_validation(
-    validation,
+    validation: Validation,
     model_section: ModelSection,
     quantization: QuantizationSection | None,
     passes: int,
@@ -36,20 +40,20 @@ def time_validation(
 ) -> ValidationTiming:
     """Time the slice's first batch (the untrained model's lengths; training can make answers shorter or longer).
 
-    `validation`: the run's HeldOutValidation (eval/training_validation.py), `passes` it makes over the run."""
+    `validation`: the run's (eval/training_validation.py), `passes` it makes over the run."""
     import torch
 
     from grpo_cli import models
 
-    problems = len(validation.problems)
-    validation.problems = validation.problems[: validation.batch_size]
-    show(f"timing validation: one batch of {len(validation.problems)} held-out problems", new_phase=True)
+    problems = len(validation.questions)
+    batch = validation.first(validation.batch_size)  # the caller's validation keeps all its problems
+    show(f"timing validation: one batch of {len(batch.questions)} held-out problems", new_phase=True)
     tokenizer = models.load_tokenizer(model_section)
     model = models.load_model(model_section, quantization)
     if torch.cuda.is_available() and model.device.type == "cpu":
         model = model.to("cuda")
     started = time.perf_counter()
-    validation(model, tokenizer)
+    batch(model, tokenizer)
     seconds = time.perf_counter() - started
     del model
-    return ValidationTiming(problems, len(validation.problems), seconds, passes)
+    return ValidationTiming(problems, len(batch.questions), seconds, passes)

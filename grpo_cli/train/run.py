@@ -22,7 +22,7 @@ from grpo_cli.train.trainer import build_trainer, guarded_rewards
 if TYPE_CHECKING:
     from grpo_cli.runs.health import Alarm
     from grpo_cli.train.health_callback import HealthCallback
-    from grpo_cli.train.validation_callback import Validate
+    from grpo_cli.train.validation_callback import Validation
 
 
 @dataclass
@@ -37,7 +37,7 @@ class TrainResult:
 
 
 def run(
-    recipe: Recipe, resume: bool = False, echo=print, validate: Validate | None = None, own_process: bool = False
+    recipe: Recipe, resume: bool = False, echo=print, validate: Validation | None = None, own_process: bool = False
 ) -> int:
     """`grpo train`: through `accelerate launch` when the recipe asks for several processes, else here. Exit code:
     0 finished, 130 interrupted (a checkpoint was saved when a step had finished), 3 halted by the health watch
@@ -66,7 +66,7 @@ def run(
 
 
 def train(
-    recipe: Recipe, resume: bool = False, console: Console | None = None, validate: Validate | None = None
+    recipe: Recipe, resume: bool = False, console: Console | None = None, validate: Validation | None = None
 ) -> TrainResult:
     """Run a recipe to the end (or to Ctrl-C), writing everything a run keeps into its run directory."""
     from grpo_cli.recipe.precision import precision_here
@@ -173,16 +173,16 @@ def _watch(trainer, display, log_completions: int, recorder, health: HealthCallb
     return metrics
 
 
-def _warn_warmup_asks_validation(examples, validate: Validate, console: Console) -> None:
+def _warn_warmup_asks_validation(examples, validate: Validation, console: Console) -> None:
     """Validation while training measures memory on problems the warm-up taught (GRPO's own overlap is warned of
     where the validation is built)."""
     from grpo_cli.train.warmup_example_checks import validation_questions_in
 
-    problems = getattr(validate, "problems", [])
-    asked = validation_questions_in(examples, [p.question for p in problems])
+    questions = validate.questions
+    asked = validation_questions_in(examples, questions)
     if asked:
         console.print(
-            f"warning: {asked} of the {len(examples.rows)} warm-up examples ask one of the {len(problems)} "
+            f"warning: {asked} of the {len(examples.rows)} warm-up examples ask one of the {len(questions)} "
             "validation problems, so validation while training measures memory there; keep those rows out of "
             "warmup.source",
             style="yellow",
@@ -192,7 +192,7 @@ def _warn_warmup_asks_validation(examples, validate: Validate, console: Console)
 
 
 def _validate_while_training(
-    trainer, every_steps: int, validate: Validate, display, metrics, interrupt, health: HealthCallback
+    trainer, every_steps: int, validate: Validation, display, metrics, interrupt, health: HealthCallback
 ) -> None:
     """The held-out validation as a callback: its rows go into metrics.jsonl and onto the console, its seconds are
     left out of the training steps' times."""

@@ -9,14 +9,32 @@ import time
 from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
+from typing import Any, Protocol
 
 from transformers import TrainerCallback
 
 from grpo_cli.runs.layout import METRICS_FILE
 from grpo_cli.runs.validation_curve import SECONDS_KEY
 
-# model, tokenizer -> {"val/<name>/accuracy": ..., ...}
-Validate = Callable[[object, object], dict[str, float]]
+
+class Validation(Protocol):
+    """What training holds of the held-out validation the command injects (eval/training_validation.py)."""
+
+    @property
+    def questions(self) -> list[Any]:
+        """The slice's questions as written (a warm-up example that asks one is warned about)."""
+        ...
+
+    @property
+    def batch_size(self) -> int: ...
+
+    def first(self, n: int) -> Validation:
+        """The same validation over its first `n` problems, as a new object (preflight times one batch)."""
+        ...
+
+    def __call__(self, model: Any, tokenizer: Any) -> dict[str, Any]:
+        """{"val/<name>/accuracy": ..., ...} of one greedy pass of `model` (numbers, and the task's shortcut flags)."""
+        ...
 
 
 class ValidationCallback(TrainerCallback):
@@ -25,7 +43,7 @@ class ValidationCallback(TrainerCallback):
 
     def __init__(
         self,
-        validate: Validate,
+        validate: Validation,
         every_steps: int,
         run_dir: Path,
         show: Callable[[str], None],
