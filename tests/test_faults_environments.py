@@ -57,7 +57,7 @@ def test_a_partial_as_a_tool_is_refused_with_what_to_do(tmp_path, tiny_llama):
 @pytest.mark.slow  # builds tool_model (training steps)
 def test_an_environment_whose_reset_raises_stops_eval_in_one_line(tmp_path, tool_model):
     recipe = environment_recipe(tmp_path, tool_model, "RaisingReset")
-    result = runner.invoke(app, ["eval", str(recipe), "--limit", "4", "--output", str(tmp_path / "eval")])
+    result = runner.invoke(app, ["eval", "model", str(recipe), "--limit", "4", "--output", str(tmp_path / "eval")])
     line = fails_cleanly(result, "environment", "RaisingReset`: reset raised RuntimeError", "the simulator is down")
     assert "run the same command again" in line
 
@@ -108,7 +108,9 @@ def test_user_code_that_prints_keeps_off_the_json_document(tmp_path, tool_model)
         grpo={"num_generations": 2, "max_completion_length": 96, "max_tool_calling_iterations": 2},
         eval={"source": "generated", "max_new_tokens": 96, "batch_size": 4},
     )
-    result = runner.invoke(app, ["eval", str(recipe), "--limit", "6", "--output", str(tmp_path / "eval"), "--json"])
+    result = runner.invoke(
+        app, ["eval", "model", str(recipe), "--limit", "6", "--output", str(tmp_path / "eval"), "--json"]
+    )
     assert result.exit_code == 0, result.output
     assert "chatty tool: computing" in result.stderr  # the tiny model calls it on some problems
     assert json.loads(result.stdout)["results"][0]["problems"] == 6  # stdout is the document alone

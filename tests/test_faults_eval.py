@@ -12,7 +12,7 @@ from conftest import fails_cleanly, write_jsonl, write_recipe
 from grpo_cli.cli import app
 
 runner = CliRunner()
-SHORT = ["--limit", "2", "--batch-size", "2", "--max-new-tokens", "4"]
+SHORT = ["--limit", "2", "eval.batch_size=2", "eval.max_new_tokens=4"]
 
 
 def test_a_misspelt_verifier_under_the_task_protocol_is_one_line_naming_it(tmp_path, tiny_llama):
@@ -24,7 +24,7 @@ def test_a_misspelt_verifier_under_the_task_protocol_is_one_line_naming_it(tmp_p
         ([{"name": "correctness"}, {"name": f"{checks}:chek", "role": "verifier"}], ["rewards[1].name", "`chek`"]),
     ]:
         recipe = write_recipe(tmp_path, tiny_llama, rewards=rewards)
-        result = runner.invoke(app, ["eval", str(recipe), "--protocol", "task", *SHORT, "--output", str(out)])
+        result = runner.invoke(app, ["eval", "model", str(recipe), "--protocol", "task", *SHORT, "--output", str(out)])
         fails_cleanly(result, str(recipe), *words)
     assert not out.exists()
 
@@ -39,7 +39,18 @@ def test_an_absurd_sample_count_is_refused_before_any_prompt_is_built(tmp_path, 
     recipe = write_recipe(tmp_path, tiny_llama)
     out = tmp_path / "out"
     for samples in ("1000000000", "1025"):
-        command = ["eval", str(recipe), *SHORT, "--samples", samples, "--temperature", "1.0", "--output", str(out)]
+        command = [
+            "eval",
+            "model",
+            str(recipe),
+            *SHORT,
+            "--samples",
+            samples,
+            "--temperature",
+            "1.0",
+            "--output",
+            str(out),
+        ]
         fails_cleanly(runner.invoke(app, command), f"--samples {samples}", "1024 or fewer")
     assert not out.exists()
 
@@ -55,7 +66,7 @@ def test_a_task_file_with_its_own_column_names_is_evaluated(tmp_path, tiny_llama
         eval={"protocol": "task", "source": str(test)},
     )
     out = tmp_path / "out"
-    result = runner.invoke(app, ["eval", str(recipe), *SHORT, "--output", str(out), "--json"])
+    result = runner.invoke(app, ["eval", "model", str(recipe), *SHORT, "--output", str(out), "--json"])
     assert result.exit_code == 0, result.output
     assert json.loads(result.stdout)["results"][0]["problems"] == 2
     # its columns are still checked: a file without them is refused, naming the keys that name them
@@ -66,6 +77,6 @@ def test_a_task_file_with_its_own_column_names_is_evaluated(tmp_path, tiny_llama
         data={"source": str(train), "prompt_column": "prompt", "answer_column": "target"},
         eval={"protocol": "task", "source": str(wrong)},
     )
-    result = runner.invoke(app, ["eval", str(recipe), *SHORT, "--output", str(tmp_path / "never")])
+    result = runner.invoke(app, ["eval", "model", str(recipe), *SHORT, "--output", str(tmp_path / "never")])
     fails_cleanly(result, "eval.source", "no `prompt` field", "data.prompt_column")
     assert not (tmp_path / "never").exists()

@@ -20,7 +20,7 @@ from conftest import fails_cleanly, write_jsonl, write_recipe
 from grpo_cli.cli import app
 
 runner = CliRunner()
-EVAL = ["--data", "generated", "--limit", "2", "--max-new-tokens", "4"]
+EVAL = ["--data", "generated", "--limit", "2", "eval.max_new_tokens=4"]
 
 
 @pytest.fixture(scope="module")
@@ -50,9 +50,9 @@ def cut_short(file: Path) -> None:
 def test_a_cut_short_adapter_in_a_checkpoint_is_named_by_eval(tmp_path, lora_run):
     run_dir = copy_of(lora_run, tmp_path)
     cut_short(run_dir / "checkpoint-1" / "adapter_model.safetensors")
-    result = runner.invoke(app, ["eval", "--run", str(run_dir / "checkpoint-1"), *EVAL])
+    result = runner.invoke(app, ["eval", "run", str(run_dir / "checkpoint-1"), *EVAL])
     line = fails_cleanly(result, "checkpoint-1/adapter_model.safetensors", "cut short")
-    assert f"--run {run_dir}/checkpoint-N" in line
+    assert f"grpo eval run {run_dir}/checkpoint-N" in line
     assert not (run_dir / "eval").exists()
 
 
@@ -63,7 +63,7 @@ def test_a_cut_short_adapter_is_named_by_export_and_nothing_is_written(tmp_path,
     result = runner.invoke(app, ["export", str(run_dir), "--merge", str(tmp_path / "merged")])
     fails_cleanly(result, "final/adapter_model.safetensors", "cut short", "restore it")
     assert not (tmp_path / "merged").exists()
-    evaluated = runner.invoke(app, ["eval", "--run", str(run_dir), *EVAL])  # the finished model, as eval reads it
+    evaluated = runner.invoke(app, ["eval", "run", str(run_dir), *EVAL])  # the finished model, as eval reads it
     fails_cleanly(evaluated, "final/adapter_model.safetensors", "cut short")
 
 
@@ -87,7 +87,7 @@ def test_a_runs_own_recipe_that_no_longer_parses_is_named_on_resume(tmp_path, lo
 
 def test_rerunning_a_finished_evaluation_in_a_read_only_folder_is_one_line(tmp_path, tiny_llama):
     out = tmp_path / "eval"
-    command = ["eval", "--model", str(tiny_llama), *EVAL, "--output", str(out), "model.dtype=float32"]
+    command = ["eval", "model", "--model", str(tiny_llama), *EVAL, "--output", str(out), "model.dtype=float32"]
     first = runner.invoke(app, command)
     assert first.exit_code == 0, first.output
     saved = {p.name: p.read_bytes() for p in out.iterdir()}
@@ -125,7 +125,7 @@ def test_a_name_longer_than_the_file_system_allows_is_one_line(tmp_path, tiny_ll
     recipe = write_recipe(tmp_path, tiny_llama, training={"output_dir": None})
     trained = runner.invoke(app, ["train", str(recipe), f"name={long}"])
     fails_cleanly(trained, "training.output_dir", "(300 bytes) is longer than the file system allows")
-    command = ["eval", "--model", str(tiny_llama), *EVAL, "--output", str(tmp_path / long)]
+    command = ["eval", "model", "--model", str(tiny_llama), *EVAL, "--output", str(tmp_path / long)]
     line = fails_cleanly(runner.invoke(app, command), "(300 bytes) is longer than the file system allows")
     assert len(line) < 200
     assert sorted(p.name for p in tmp_path.iterdir()) == ["recipe.yaml"]  # nothing was created
@@ -140,7 +140,17 @@ def test_records_of_other_problems_are_never_counted_on_resume(tmp_path, tiny_ll
     ]
     write_jsonl(rows, data)
     out = tmp_path / "eval"
-    command = ["eval", "--model", str(tiny_llama), "--data", str(data), "--max-new-tokens", "4", "--output", str(out)]
+    command = [
+        "eval",
+        "model",
+        "--model",
+        str(tiny_llama),
+        "--data",
+        str(data),
+        "eval.max_new_tokens=4",
+        "--output",
+        str(out),
+    ]
     first = runner.invoke(app, [*command, "model.dtype=float32"])
     assert first.exit_code == 0, first.output
     kept = (out / "predictions.jsonl").read_bytes()
@@ -167,7 +177,7 @@ def test_a_second_process_writing_the_same_folder_is_refused_and_changes_nothing
     run = copy_of(lora_run, tmp_path / "copy")
     before = files_of(run)
     out = tmp_path / "eval"
-    evaluation = ["eval", "--model", str(tiny_llama), *EVAL, "--output", str(out), "model.dtype=float32"]
+    evaluation = ["eval", "model", "--model", str(tiny_llama), *EVAL, "--output", str(out), "model.dtype=float32"]
     with sole_writer(run, "grpo train"), sole_writer(out, "grpo eval"):
         resumed = runner.invoke(app, ["train", str(tmp_path / "copy" / "recipe.yaml"), "--resume"])
         fails_cleanly(resumed, str(run), "being written by another grpo process")
@@ -228,14 +238,16 @@ def test_a_checkpoint_holding_only_its_adapter_config_is_skipped_by_the_curve(tm
         if file.name != "adapter_config.json":
             file.unlink()
     out = tmp_path / "curve"
-    result = runner.invoke(app, ["eval", "--checkpoints", str(run_dir), *EVAL, "--output", str(out)])
+    result = runner.invoke(app, ["eval", "curve", str(run_dir), *EVAL, "--output", str(out)])
     assert result.exit_code == 0, result.output
     said = "".join(result.output.split())  # the console wraps long lines, even inside a long path
     assert f"{checkpoint}skipped" in said and "adapter_model.safetensorsismissing" in said
     curve = [json.loads(line) for line in (out / "curve.jsonl").read_text().splitlines()]
     assert [(row["step"], row["model"]) for row in curve] == [(0, "base"), (1, "checkpoint-1"), (2, "final")]
-    evaluated = runner.invoke(app, ["eval", "--run", str(checkpoint), *EVAL])  # asked for by name: refused
-    fails_cleanly(evaluated, "checkpoint-2/adapter_model.safetensors", "is missing", f"--run {run_dir}/checkpoint-N")
+    evaluated = runner.invoke(app, ["eval", "run", str(checkpoint), *EVAL])  # asked for by name: refused
+    fails_cleanly(
+        evaluated, "checkpoint-2/adapter_model.safetensors", "is missing", f"grpo eval run {run_dir}/checkpoint-N"
+    )
 
 
 @pytest.mark.slow  # real training steps
@@ -316,7 +328,7 @@ def test_evaluating_a_read_only_run_into_another_folder_never_writes_the_run(tmp
     run_dir = copy_of(lora_run, tmp_path / "copy")
     before = files_of(run_dir)
     out = tmp_path / "elsewhere"
-    code, output = rerun_read_only(run_dir, ["eval", "--run", str(run_dir), *EVAL, "--output", str(out)])
+    code, output = rerun_read_only(run_dir, ["eval", "run", str(run_dir), *EVAL, "--output", str(out)])
     assert code == 0, output
     assert json.loads((out / "summary.json").read_text())["problems"] == 2
     assert files_of(run_dir) == before

@@ -145,7 +145,7 @@ def test_base_against_trained_greedy_and_sampled_on_held_out_problems(task_run):
     held_out = questions("parity", "test")
     for extra, folder in (([], "greedy"), (["--samples", "3", "--temperature", "1.0"], "sampled")):
         out = run_dir.parent / folder
-        result = runner.invoke(app, ["eval", "--compare", str(run_dir), *extra, "--output", str(out)])
+        result = runner.invoke(app, ["eval", "compare", str(run_dir), *extra, "--output", str(out)])
         assert result.exit_code == 0, result.output
         assert "trained vs base" in result.output and "training prompts" not in result.output
         comparison = json.loads((out / "comparison.json").read_text())

@@ -16,7 +16,7 @@ from grpo_cli.recipe.data_section import DataSection
 
 runner = CliRunner()
 CAPITALS = [("France", "Paris"), ("Japan", "Tokyo"), ("Italy", "Rome"), ("Peru", "Lima")] * 2
-SHORT = ["--limit", "4", "--batch-size", "4", "--max-new-tokens", "4"]
+SHORT = ["--limit", "4", "eval.batch_size=4", "eval.max_new_tokens=4"]
 
 
 def own_recipe(tmp_path, tiny_llama, rows, **data):
@@ -66,7 +66,7 @@ def test_a_conversation_keeps_its_own_system_turn_and_gets_the_recipes_otherwise
 def test_question_and_answer_rows_validate_and_evaluate_without_settings(tmp_path, tiny_llama):
     recipe = own_recipe(tmp_path, tiny_llama, questions())
     assert runner.invoke(app, ["validate", str(recipe)]).exit_code == 0
-    result = runner.invoke(app, ["eval", str(recipe), *SHORT, "--output", str(tmp_path / "out"), "--json"])
+    result = runner.invoke(app, ["eval", "model", str(recipe), *SHORT, "--output", str(tmp_path / "out"), "--json"])
     assert result.exit_code == 0, result.output
     assert [r["gold"] for r in predictions(tmp_path / "out")] == ["Paris", "Tokyo", "Rome", "Lima"]
 
@@ -82,7 +82,7 @@ def test_a_prompt_column_is_named_in_the_recipe_and_the_refusal_says_which(tmp_p
 def test_chat_messages_are_asked_as_a_conversation_and_scored_against_the_closing_turn(tmp_path, tiny_llama):
     recipe = own_recipe(tmp_path, tiny_llama, conversations(), prompt_column="messages", system_prompt=None)
     assert runner.invoke(app, ["validate", str(recipe)]).exit_code == 0  # no `answer` field needed
-    result = runner.invoke(app, ["eval", str(recipe), *SHORT, "--output", str(tmp_path / "out"), "--json"])
+    result = runner.invoke(app, ["eval", "model", str(recipe), *SHORT, "--output", str(tmp_path / "out"), "--json"])
     assert result.exit_code == 0, result.output
     records = predictions(tmp_path / "out")
     assert [r["gold"] for r in records] == ["Paris", "Tokyo", "Rome", "Lima"]
@@ -92,7 +92,7 @@ def test_chat_messages_are_asked_as_a_conversation_and_scored_against_the_closin
 def test_rows_without_a_reference_are_refused_when_none_has_one(tmp_path, tiny_llama):
     recipe = own_recipe(tmp_path, tiny_llama, [{**row, "answer": None} for row in questions()])
     train = ["train", str(recipe)]
-    evaluate = ["eval", str(recipe), *SHORT, "--output", str(tmp_path / "out")]  # reads the first 4 rows
+    evaluate = ["eval", "model", str(recipe), *SHORT, "--output", str(tmp_path / "out")]  # reads the first 4 rows
     for command, rows in ((train, 8), (evaluate, 4)):
         line = fails_cleanly(runner.invoke(app, command), "my.jsonl", f"{rows} without a reference answer in `answer`")
         assert "its reference answer in `answer`" in line, line
@@ -102,7 +102,7 @@ def test_rows_without_a_reference_are_refused_when_none_has_one(tmp_path, tiny_l
 def test_rows_without_a_reference_are_counted_when_evaluating(tmp_path, tiny_llama):
     rows = [{**row, "answer": "" if i == 1 else row["answer"]} for i, row in enumerate(questions())]
     recipe = own_recipe(tmp_path, tiny_llama, rows)
-    result = runner.invoke(app, ["eval", str(recipe), *SHORT, "--output", str(tmp_path / "out")])
+    result = runner.invoke(app, ["eval", "model", str(recipe), *SHORT, "--output", str(tmp_path / "out")])
     assert result.exit_code == 0, result.output
     assert "left out 1 problem(s) that cannot be scored" in result.output
 
@@ -138,7 +138,7 @@ def test_a_user_verifier_reading_a_column_the_data_lacks_is_refused_with_its_fai
 def test_a_verifier_that_passes_some_references_is_not_refused(tmp_path, tiny_llama):
     rows = [{"question": "What is 2 + 2?", "answer": 4}] + questions()  # one number among the words
     recipe = own_recipe(tmp_path, tiny_llama, rows)
-    args = ["eval", str(recipe), "rewards=[{name: correctness}]", *SHORT, "--output", str(tmp_path / "out")]
+    args = ["eval", "model", str(recipe), "rewards=[{name: correctness}]", *SHORT, "--output", str(tmp_path / "out")]
     result = runner.invoke(app, args)
     assert result.exit_code == 0, result.output
 
@@ -155,7 +155,7 @@ def test_an_object_answer_past_the_first_lines_is_refused_when_the_rows_are_read
     rows[25] = {**rows[25], "answer": {"city": "Rome"}}
     recipe = own_recipe(tmp_path, tiny_llama, rows)
     assert runner.invoke(app, ["validate", str(recipe)]).exit_code == 0
-    for command in (["train", str(recipe)], ["eval", str(recipe), *SHORT, "--output", str(tmp_path / "out")]):
+    for command in (["train", str(recipe)], ["eval", "model", str(recipe), *SHORT, "--output", str(tmp_path / "out")]):
         fails_cleanly(runner.invoke(app, command), "data.answer_column", "holds an object", "one answer per row")
 
 

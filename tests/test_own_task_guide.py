@@ -20,7 +20,7 @@ COMMANDS = [
     "grpo validate my_task.yaml",
     "grpo preflight my_task.yaml",
     "grpo train my_task.yaml",
-    "grpo eval --compare runs/my_task",
+    "grpo eval compare runs/my_task",
 ]
 # What the test changes, as overrides on the commands that take the recipe: the model, and sizes that keep it fast.
 SMALL = [

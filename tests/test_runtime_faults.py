@@ -197,12 +197,12 @@ def test_eval_leaves_out_problems_without_a_gold_number(tmp_path, tiny_llama):
         app,
         [
             "eval",
+            "model",
             "--model",
             str(tiny_llama),
             "--data",
             str(data),
-            "--max-new-tokens",
-            "3",
+            "eval.max_new_tokens=3",
             "--output",
             str(tmp_path / "out"),
             "--json",
@@ -222,7 +222,7 @@ def test_eval_never_writes_over_a_users_file(tmp_path, tiny_llama, content):
     out.mkdir()
     (out / "predictions.jsonl").write_text(content)
     result = runner.invoke(
-        app, ["eval", "--model", str(tiny_llama), "--data", "generated", "--limit", "2", "--output", str(out)]
+        app, ["eval", "model", "--model", str(tiny_llama), "--data", "generated", "--limit", "2", "--output", str(out)]
     )
     fails_cleanly(result, str(out), "--output")
     assert (out / "predictions.jsonl").read_text() == content

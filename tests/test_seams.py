@@ -122,8 +122,18 @@ def test_a_vllm_without_its_weight_sync_refuses_cpu_training_before_any_weight_l
 
 
 def eval_args(model, output, *extra: str) -> list[str]:
-    common = ["--data", "generated", "--limit", "4", "--max-new-tokens", "8", "model.dtype=float32"]
-    return ["eval", "--model", str(model), *common, "model.mixed_precision=no", "--output", str(output), *extra]
+    common = ["--data", "generated", "--limit", "4", "eval.max_new_tokens=8", "model.dtype=float32"]
+    return [
+        "eval",
+        "model",
+        "--model",
+        str(model),
+        *common,
+        "model.mixed_precision=no",
+        "--output",
+        str(output),
+        *extra,
+    ]
 
 
 @pytest.mark.vllm

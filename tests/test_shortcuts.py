@@ -195,7 +195,7 @@ def parity_task(tmp_path, model_dir, **sections):
 def test_grpo_eval_task_writes_and_prints_the_shortcut_report(tmp_path, tiny_llama):
     recipe = parity_task(tmp_path, tiny_llama)
     out = tmp_path / "out"
-    result = runner.invoke(app, ["eval", str(recipe), "--output", str(out)])
+    result = runner.invoke(app, ["eval", "model", str(recipe), "--output", str(out)])
     assert result.exit_code == 0, result.output
     summary = json.loads((out / "summary.json").read_text())
     records = [json.loads(line) for line in (out / "predictions.jsonl").read_text().splitlines()]
@@ -216,7 +216,7 @@ def test_grpo_eval_task_writes_and_prints_the_shortcut_report(tmp_path, tiny_lla
 def test_a_sampled_task_evaluation_counts_every_completions_answer(tmp_path, tiny_llama):
     recipe = parity_task(tmp_path, tiny_llama)
     args = ["--samples", "2", "--temperature", "1.0", "--output", str(tmp_path / "out"), "--json"]
-    result = runner.invoke(app, ["eval", str(recipe), *args])
+    result = runner.invoke(app, ["eval", "model", str(recipe), *args])
     assert result.exit_code == 0, result.output
     summary = json.loads(result.stdout)["results"][0]
     assert summary["answer_distribution"]["answers"] == 16 == summary["completions"]  # 8 problems x 2 samples
@@ -239,7 +239,7 @@ def fake_run(tmp_path, recipe, tiny_llama):
 
 def test_compare_and_checkpoints_carry_the_report_and_compare_pairs_against_the_baseline(tmp_path, tiny_llama):
     run_dir = fake_run(tmp_path, parity_task(tmp_path, tiny_llama), tiny_llama)
-    compared = runner.invoke(app, ["eval", "--compare", str(run_dir)])
+    compared = runner.invoke(app, ["eval", "compare", str(run_dir)])
     assert compared.exit_code == 0, compared.output
     root = run_dir / "eval" / "task-held_out"
     comparison = json.loads((root / "comparison.json").read_text())
@@ -250,7 +250,7 @@ def test_compare_and_checkpoints_carry_the_report_and_compare_pairs_against_the_
     for side in ("base", "trained"):
         assert "shortcut" in json.loads((root / side / "summary.json").read_text())
 
-    curve = runner.invoke(app, ["eval", "--checkpoints", str(run_dir)])
+    curve = runner.invoke(app, ["eval", "curve", str(run_dir)])
     assert curve.exit_code == 0, curve.output
     rows = [json.loads(line) for line in (root.with_name("task-held_out-checkpoints") / "curve.jsonl").open()]
     assert [r["step"] for r in rows] == [0, 1, 2]

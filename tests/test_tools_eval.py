@@ -66,7 +66,7 @@ def test_eval_loop_gives_trls_token_sequences_under_greedy_decoding(tmp_path, to
 def test_grpo_eval_with_tools_records_calls_and_resumes(tmp_path, tool_model):
     recipe = tool_recipe(tmp_path, tool_model)
     out = tmp_path / "eval"
-    first = runner.invoke(app, ["eval", str(recipe), "--limit", "6", "--output", str(out), "--json"])
+    first = runner.invoke(app, ["eval", "model", str(recipe), "--limit", "6", "--output", str(out), "--json"])
     assert first.exit_code == 0, first.output
     records = [json.loads(line) for line in (out / "predictions.jsonl").read_text().splitlines()]
     assert sorted(r["index"] for r in records) == list(range(6))
@@ -75,11 +75,11 @@ def test_grpo_eval_with_tools_records_calls_and_resumes(tmp_path, tool_model):
     summary = json.loads((out / "summary.json").read_text())
     assert summary["tools"]["calls_per_completion"] == sum(r["tools"]["calls"] for r in records) / 6
     assert {"failure_rate", "malformed_per_completion", "turns_per_completion"} <= set(summary["tools"])
-    again = runner.invoke(app, ["eval", str(recipe), "--limit", "6", "--output", str(out), "--json"])
+    again = runner.invoke(app, ["eval", "model", str(recipe), "--limit", "6", "--output", str(out), "--json"])
     assert again.exit_code == 0, again.output
     assert [json.loads(line) for line in (out / "predictions.jsonl").read_text().splitlines()] == records
     other = runner.invoke(
-        app, ["eval", str(recipe), "--limit", "6", "--output", str(out), "grpo.max_tool_calling_iterations=1"]
+        app, ["eval", "model", str(recipe), "--limit", "6", "--output", str(out), "grpo.max_tool_calling_iterations=1"]
     )
     assert other.exit_code == 2 and "other settings" in other.output
 

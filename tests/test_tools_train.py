@@ -86,7 +86,7 @@ def test_a_template_without_tools_is_refused_before_loading(tmp_path, tiny_llama
     from grpo_cli.cli import app
 
     recipe = write_recipe(tmp_path, tiny_llama, tools=["calculator"])
-    for command in (["train"], ["preflight"], ["eval", "--limit", "2", "--data", "generated"]):
+    for command in (["train"], ["preflight"], ["eval", "model", "--limit", "2", "--data", "generated"]):
         result = CliRunner().invoke(app, [*command, str(recipe)])
         assert result.exit_code == 2, (command, result.output)
         assert "cannot render tool calls" in result.output and str(tiny_llama) in result.output

@@ -59,7 +59,7 @@ def test_task_validation_logged_scored_like_grpo_eval_drawn_best_named_and_redra
 
     # The last validation scored the model that was saved: `grpo eval` of it gives the same figures.
     out = tmp_path / "eval"
-    args = ["eval", "--run", str(run_dir), "--limit", "4", "--max-new-tokens", "4", "--batch-size", "2"]
+    args = ["eval", "run", str(run_dir), "--limit", "4", "eval.max_new_tokens=4", "eval.batch_size=2"]
     evaluated = runner.invoke(app, [*args, "--engine", "transformers", "--output", str(out), "--json"])
     assert evaluated.exit_code == 0, evaluated.output
     summary = json.loads(evaluated.stdout)["results"][0]
@@ -224,7 +224,7 @@ def test_an_offset_past_the_split_is_one_line(tmp_path, tiny_llama):
         (["validation.every=5"], ["validation.every", "did you mean `every_steps`"]),
         (
             ["validation.every_steps=2", "distributed.num_processes=2"],
-            ["validation", "runs in one process", "grpo eval --run"],
+            ["validation", "runs in one process", "grpo eval run"],
         ),
     ],
 )

@@ -5,7 +5,7 @@ root.py holds the app and its entry point. Importing the command modules registe
 
 # isort: off
 from grpo_cli.cli.root import app, entry
-from grpo_cli.cli import recipe_commands, run_commands, recipes, doctor  # noqa: F401
+from grpo_cli.cli import recipe_commands, eval_commands, run_commands, recipes, doctor  # noqa: F401
 # isort: on
 
 __all__ = ["app", "entry"]

@@ -1,5 +1,5 @@
-"""`grpo eval --checkpoints RUN`: the base model (step 0), every checkpoint the run kept and its final model, each
-evaluated as `grpo eval --run` would (resumable folders side by side), then one accuracy curve: curve.jsonl (a row a
+"""`grpo eval curve RUN`: the base model (step 0), every checkpoint the run kept and its final model, each
+evaluated as `grpo eval run` would (resumable folders side by side), then one accuracy curve: curve.jsonl (a row a
 step, each filter or verifier with its 95% interval) and curve.png. The same figures validation logs while
 training, for runs that did not validate, or on more problems than they validated on."""
 
@@ -56,7 +56,7 @@ def evaluate_checkpoints(
 ) -> tuple[list[ev.EvalResult], list[dict[str, Any]]]:
     """Every point of the run evaluated into output/<folder> (the base into `base_dir` when given), then the curve.
     Checkpoints evaluated here before and deleted since (`save_total_limit`) keep their point."""
-    refuse_foreign(output, {"base", FINAL_DIR, CURVE_FILE, CURVE_PLOT}, "grpo eval --checkpoints", CHECKPOINT)
+    refuse_foreign(output, {"base", FINAL_DIR, CURVE_FILE, CURVE_PLOT}, "grpo eval curve", CHECKPOINT)
     warn = display.note if display is not None else print
     results, curve = [], {}
     for step, name, target in checkpoint_targets(run_dir, recipe.model.name, warn):

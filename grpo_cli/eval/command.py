@@ -24,23 +24,23 @@ from grpo_cli.runs.layout import COMPARISON_FILE, RECIPE_FILE, SETTINGS_FILE, is
 class EvalRequest:
     recipe: Path | None = None
     overrides: list[str] = field(default_factory=list)
-    run: Path | None = None  # --run: the trained model of this run
-    compare_run: Path | None = None  # --compare: base and trained of this run
-    base_dir: Path | None = None  # --base: reuse this base evaluation
+    run: Path | None = None  # grpo eval run: the trained model of this run
+    compare_run: Path | None = None  # grpo eval compare: base and trained of this run
+    base_dir: Path | None = None  # --base (compare, curve): reuse this base evaluation
     model: str | None = None
     adapter: Path | None = None
     options: dict[str, Any] = field(default_factory=dict)  # typed flags: {"eval.limit": 50, ...}
     output: Path | None = None
     engine: str = "auto"  # --engine: auto, vllm or transformers (grpo_cli/generation/engines.py)
     own_process: bool = False  # the console script's process (cli/parts.py own_process)
-    checkpoints_run: Path | None = None  # --checkpoints: base, every checkpoint and the final model of this run
+    checkpoints_run: Path | None = None  # grpo eval curve: base, every checkpoint and the final model of this run
 
 
 @dataclass
 class EvalOutcome:
     results: list[ev.EvalResult]
     comparison: dict[str, Any] | None
-    curve: list[dict[str, Any]] | None = None  # --checkpoints: a row a step (eval/checkpoint_curve.py)
+    curve: list[dict[str, Any]] | None = None  # grpo eval curve: a row a step (eval/checkpoint_curve.py)
 
 
 def run_eval(request: EvalRequest, display=None) -> EvalOutcome:
@@ -66,7 +66,7 @@ def run_eval(request: EvalRequest, display=None) -> EvalOutcome:
     elif request.compare_run is not None:
         root = request.output or default_output(recipe.eval, base, request.compare_run)
         base_out, trained_out = request.base_dir or root / "base", root / "trained"
-        refuse_foreign(root, {"base", "trained", COMPARISON_FILE}, "grpo eval --compare")
+        refuse_foreign(root, {"base", "trained", COMPARISON_FILE}, "grpo eval compare")
         for folder in (base_out, trained_out):
             refuse_foreign(folder, OWN_FILES, "grpo eval")
         trained = run_target(request.compare_run, recipe.model.name)
@@ -104,18 +104,14 @@ def _load(request: EvalRequest) -> Recipe:
     run_dir = request.compare_run or request.run or request.checkpoints_run
     options = {"model.name": request.model, **request.options}
     check_engine(request.engine)
-    if sum(d is not None for d in (request.run, request.compare_run, request.checkpoints_run)) > 1:
-        raise UserError("give one of --run, --compare and --checkpoints (each evaluates the run's final model)")
     if request.checkpoints_run is not None and is_checkpoint(request.checkpoints_run):
-        raise UserError(f"--checkpoints takes the run directory, not one checkpoint: {request.checkpoints_run.parent}")
+        raise UserError(
+            f"grpo eval curve takes the run directory, not one checkpoint: {request.checkpoints_run.parent}"
+        )
     if request.recipe is None and run_dir is None and request.model is None:
-        raise UserError("nothing to evaluate: give a recipe, --run RUN_DIR, --compare RUN_DIR or --model NAME")
-    if request.adapter is not None and run_dir is not None:
-        raise UserError("--adapter evaluates a given adapter; --run/--compare take the run's own")
+        raise UserError("nothing to evaluate: give a recipe or --model NAME (a trained run: grpo eval run RUN_DIR)")
     if request.adapter is not None and not is_lora_adapter(request.adapter):
         raise UserError(f"{request.adapter} is not a LoRA adapter directory (no adapter_config.json)")
-    if request.base_dir is not None and request.compare_run is None and request.checkpoints_run is None:
-        raise UserError("--base names the base evaluation to reuse; give --compare or --checkpoints RUN_DIR too")
     if request.base_dir is not None and not (request.base_dir / SETTINGS_FILE).is_file():
         raise UserError(
             f"{request.base_dir} holds no evaluation (no {SETTINGS_FILE}); run the base once with --output "

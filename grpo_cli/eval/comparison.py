@@ -1,4 +1,4 @@
-"""`grpo eval --compare`: trained against base on the same problems, per filter or verifier, paired."""
+"""`grpo eval compare`: trained against base on the same problems, per filter or verifier, paired."""
 
 from __future__ import annotations
 

@@ -174,7 +174,7 @@ def _share(correct: int, total: int) -> dict[str, Any]:
 
 
 def sampled_change(base: dict[int, dict], trained: dict[int, dict], common: list[int], name: str) -> dict[str, Any]:
-    """`--compare` with samples: mean@N's change with a paired interval over the per-problem differences of
+    """`grpo eval compare` with samples: mean@N's change with a paired interval over the per-problem differences of
     fractions, then pass@N's (and maj@N's where there is one) with the paired interval over problems."""
     before = [right_of(base[i], name) / len(base[i]["samples"]) for i in common]
     after = [right_of(trained[i], name) / len(trained[i]["samples"]) for i in common]

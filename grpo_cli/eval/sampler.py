@@ -34,7 +34,7 @@ def check_sampling(ev: EvalSection, uses_tools: bool) -> None:
             f"the same completion {ev.samples} times; add e.g. --temperature 1.0, or leave out --samples"
         )
     if ev.temperature is None and ev.top_p not in (None, 1.0):
-        raise UserError(f"--top-p {ev.top_p} applies to sampling only: add --temperature, or leave out --top-p")
+        raise UserError(f"eval.top_p {ev.top_p} applies to sampling only: add --temperature, or leave out eval.top_p")
     if ev.temperature is not None and uses_tools:
         raise UserError(
             "--temperature/--samples: the tool loop evaluates greedily only; leave out --samples and --temperature "

@@ -183,7 +183,7 @@ def shortcut_report(records: list[dict[str, Any]], verifier: str) -> dict[str, A
 
 
 def against_baseline(records: dict[int, dict], common: list[int], summary: dict[str, Any]) -> dict[str, Any] | None:
-    """`--compare`: the trained model against always giving the majority answer on the same problems, paired
+    """`grpo eval compare`: the trained model against always giving the majority answer on the same problems, paired
     (sampled: over each problem's fraction right). None when the summary has no shortcut report."""
     if "majority_baseline" not in summary or summary["majority_baseline"]["answer"] is None:
         return None  # no reference answer the verifier reads: no baseline to compare with
@@ -237,7 +237,7 @@ def report_lines(summary: dict[str, Any]) -> list[str]:
 
 
 def baseline_line(change: dict[str, Any]) -> str:
-    """`--compare`'s line for the trained model against the majority baseline."""
+    """`grpo eval compare`'s line for the trained model against the majority baseline."""
     return (
         f"trained against always `{change['answer']}` ({change['verifier']}): {_pct(change['trained'])} vs "
         f"{_pct(change['baseline'])}, {100 * change['difference']:+.1f} pts (paired 95% "

@@ -50,7 +50,7 @@ def run_target(run_dir: Path, base_model: str) -> Target:
         file, why = unloadable
         raise UserError(
             f"{file} {why}; restore it, or evaluate a whole checkpoint with "
-            f"--run {run_dir.parent if is_checkpoint(run_dir) else run_dir}/checkpoint-N"
+            f"grpo eval run {run_dir.parent if is_checkpoint(run_dir) else run_dir}/checkpoint-N"
         )
     if is_lora_adapter(weights):
         return Target("trained", base_model, str(weights))
@@ -60,5 +60,5 @@ def run_target(run_dir: Path, base_model: str) -> Target:
         raise UserError(f"{run_dir} holds neither a LoRA adapter nor full model weights")
     raise UserError(
         f"{run_dir} has no finished model in {weights}: finish it with `grpo train RECIPE --resume`, "
-        f"or evaluate a checkpoint with --run {run_dir}/checkpoint-N"
+        f"or evaluate a checkpoint with grpo eval run {run_dir}/checkpoint-N"
     )

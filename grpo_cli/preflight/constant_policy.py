@@ -50,7 +50,7 @@ class ConstantPolicies:
         return (
             f"answering `{best.answer}`{marked} to everything earns {best.reward:.2f}; the base model earns "
             f"{self.base_reward:.2f} (mean verifier reward): GRPO can climb by giving one answer; a `validation:` "
-            "section flags it while training, `grpo eval --protocol task` after"
+            "section flags it while training, `grpo eval run RUN --protocol task` after"
         )
 
 

@@ -89,7 +89,7 @@ def _validation_problems(
             (
                 ("validation",),
                 "validation while training runs without the tool loop; remove `validation:` and score the "
-                "checkpoints afterwards with grpo eval --run RUN/checkpoint-N",
+                "checkpoints afterwards with grpo eval run RUN/checkpoint-N",
             )
         )
     if processes > 1:
@@ -97,7 +97,7 @@ def _validation_problems(
             (
                 ("validation",),
                 "validation while training runs in one process; remove `validation:` (or train with "
-                "distributed.num_processes=1) and score the checkpoints with grpo eval --run RUN/checkpoint-N",
+                "distributed.num_processes=1) and score the checkpoints with grpo eval run RUN/checkpoint-N",
             )
         )
     return out

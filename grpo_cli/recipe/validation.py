@@ -48,8 +48,8 @@ def load_recipe(
 ) -> Recipe:
     """Read, merge `key.path=value` overrides then typed `options` (command-line flags), validate.
 
-    `file=None`: a recipe made of options alone (`grpo eval --model ...`). Nothing heavier than pydantic is imported
-    unless the scope reads a `trl:` section."""
+    `file=None`: a recipe made of options alone (`grpo eval model --model ...`). Nothing heavier than pydantic is
+    imported unless the scope reads a `trl:` section."""
     reads = SCOPES[scope]
     if file is None:
         data, lines = {}, {}

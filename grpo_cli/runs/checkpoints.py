@@ -108,7 +108,7 @@ def prepare_run_dir(recipe: Recipe, resume: bool) -> RunStart:
         if checkpoint is None:
             raise UserError(
                 f"{run_dir} holds a finished run and no checkpoint to continue; raise training.max_steps "
-                "in another directory, or evaluate it: grpo eval --run " + str(run_dir),
+                "in another directory, or evaluate it: grpo eval run " + str(run_dir),
                 path="training.output_dir",
             )
         changed = record_changes(resolved, checkpoint)

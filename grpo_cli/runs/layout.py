@@ -14,14 +14,14 @@ SAMPLES_FILE = "samples.jsonl"
 FINAL_DIR = "final"
 CARD_FILE = "README.md"
 REPORT_FILE = "report.png"
-EVAL_DIR = "eval"  # `grpo eval --run/--compare` of this run: EVAL_DIR/<protocol>-<data>/{base,trained}/
+EVAL_DIR = "eval"  # `grpo eval run/compare` of this run: EVAL_DIR/<protocol>-<data>/{base,trained}/
 ACCELERATE_CONFIG_FILE = "accelerate_config.yaml"  # generated for several processes
 RANK_RECIPE_FILE = "launch_recipe.yaml"  # the resolved recipe (file + overrides) every launched rank loads
 TRL_LOGS_DIR = "runs"  # TRL's TensorBoard logs, when training.report_to names it
 TRAINER_STATE_FILE = "trainer_state.json"  # the Trainer's, in each checkpoint: `grpo report` reads a plain TRL run's
 CHECKPOINT = re.compile(r"^checkpoint-(\d+)$")
 # The warm-up before GRPO (`warmup:`): a run directory of its own inside the run (RECIPE_FILE, METRICS_FILE,
-# checkpoints, FINAL_DIR), so `grpo eval --run RUN/warmup` and `grpo report RUN/warmup` read it like any run.
+# checkpoints, FINAL_DIR), so `grpo eval run RUN/warmup` and `grpo report RUN/warmup` read it like any run.
 WARMUP_DIR = "warmup"
 WARMUP_EXAMPLES_FILE = "examples.jsonl"  # the examples it trains on, as the trainer reads them
 WARMUP_SOURCE_FILE = "source.json"  # where they came from and how many: rows, prompts, samples, kept
@@ -32,7 +32,7 @@ SUMMARY_FILE = "summary.json"
 SETTINGS_FILE = "settings.json"
 COMPARISON_FILE = "comparison.json"
 
-# Everything `grpo train`, `grpo eval --run`, `grpo report` and TRL write into a run directory.
+# Everything `grpo train`, `grpo eval run`, `grpo report` and TRL write into a run directory.
 OWN_NAMES = {
     RECIPE_FILE,
     RECIPE_CHANGES_FILE,

@@ -178,7 +178,7 @@ def _reward(spec) -> str:
 
 
 def _evaluations(run_dir: Path) -> list[str]:
-    """GSM8K results of `grpo eval --run/--compare` on this run, one row per evaluated model and data set."""
+    """GSM8K results of `grpo eval run/compare` on this run, one row per evaluated model and data set."""
     rows = []
     found = sorted((run_dir / EVAL_DIR).glob(f"*/*/{SUMMARY_FILE}"))
     for comparison in sorted((run_dir / EVAL_DIR).glob(f"*/{COMPARISON_FILE}")):  # a reused base lives elsewhere
@@ -200,7 +200,7 @@ def _evaluations(run_dir: Path) -> list[str]:
         row = f"| {summary['protocol']}, {data} | {model} | {summary['problems']} | {cells} | {form} |"
         (task_rows if summary["protocol"] == "task" else rows).append(row)
     if not rows and not task_rows:
-        return ["", "## Evaluation", "", f"Not evaluated yet: `grpo eval --compare {run_dir}`."]
+        return ["", "## Evaluation", "", f"Not evaluated yet: `grpo eval compare {run_dir}`."]
     lines = []
     if rows:
         lines += [

@@ -69,7 +69,7 @@ def run_warmup(recipe: Recipe, console: Console, resume: bool, early: WarmupExam
         )
         return WarmupOutcome(final, False)
     folder.mkdir(parents=True, exist_ok=True)
-    write_resolved_recipe(recipe, folder / RECIPE_FILE)  # RUN/warmup reads as a run: grpo eval --run, grpo report
+    write_resolved_recipe(recipe, folder / RECIPE_FILE)  # RUN/warmup reads as a run: grpo eval run, grpo report
     checkpoint, skipped = newest_complete(folder)
     setup = warmup_setup(recipe)
 
