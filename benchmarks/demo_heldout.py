@@ -1,7 +1,7 @@
 """The demos on problems they never trained on: base against trained, paired, from the CLI.
 
 For each recipe and seed: `grpo train RECIPE training.seed=S` (the recipe as shipped otherwise), then
-`grpo eval --compare RUN` with the recipe's own eval settings (recipes/demo.yaml: 100 generated arithmetic problems
+`grpo eval compare RUN` with the recipe's own eval settings (recipes/demo.yaml: 100 generated arithmetic problems
 drawn with evaluation's seed, GSM8K's chat filters; recipes/demo_task.yaml: 400 problems of generated:parity's test
 split, its verifier). A recipe's later seeds reuse its first base evaluation (`--base`): the same model on the same
 problems. Appended to the log per run: wall time, the training batches' mean rewards over the first and the last 5
@@ -171,12 +171,12 @@ def main() -> None:
             rows = [json.loads(line) for line in (run / METRICS_FILE).read_text().splitlines()]
             folder = run / "heldout"
             reuse = ["--base", str(base)] if base else []
-            eval_wall = grpo("eval", "--compare", str(run), *reuse, "--output", str(folder), *args.set)
+            eval_wall = grpo("eval", "compare", str(run), *reuse, "--output", str(folder), *args.set)
             base = base or folder / "base"
             sampled = run / "heldout_sampled"
             if args.samples:
                 sampling = ["--samples", str(args.samples), "--temperature", "1.0"]
-                grpo("eval", "--compare", str(run), *sampling, "--output", str(sampled), *args.set)
+                grpo("eval", "compare", str(run), *sampling, "--output", str(sampled), *args.set)
             lines = [
                 f"recipes/{name}.yaml seed {seed}: train {wall:.0f} s, compare {eval_wall:.0f} s, "
                 f"load average after: {load()}",

@@ -32,9 +32,9 @@ ENGINES = ("transformers", "vllm")
 def run_engine(engine: str, args, output: Path) -> dict:
     """One `grpo eval`; its summary plus the process's wall time (loading included)."""
     command = [
-        *(sys.executable, "-m", "grpo_cli", "eval", str(RECIPE), f"model.name={args.model}"),
-        *("--data", str(args.data), "--limit", str(args.limit), "--max-new-tokens", str(args.max_new_tokens)),
-        *("--batch-size", str(args.batch_size), "--engine", engine, "--output", str(output)),
+        *(sys.executable, "-m", "grpo_cli", "eval", "model", str(RECIPE), f"model.name={args.model}"),
+        *("--data", str(args.data), "--limit", str(args.limit), f"eval.max_new_tokens={args.max_new_tokens}"),
+        *(f"eval.batch_size={args.batch_size}", "--engine", engine, "--output", str(output)),
     ]
     result = grpo_eval(engine, command, output)
     settings = json.loads((output / "settings.json").read_text())

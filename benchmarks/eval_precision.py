@@ -31,10 +31,8 @@ def grpo_eval(target: list[str], overrides: list[str], args, output: Path) -> tu
         args.data,
         "--limit",
         str(args.limit),
-        "--batch-size",
-        str(args.batch_size),
-        "--max-new-tokens",
-        str(args.max_new_tokens),
+        f"eval.batch_size={args.batch_size}",
+        f"eval.max_new_tokens={args.max_new_tokens}",
         "--output",
         str(output),
     ]
@@ -56,7 +54,7 @@ def main() -> None:
     args = parser.parse_args()
     print(f"# {args.limit} problems, batch {args.batch_size}, {args.max_new_tokens} new tokens, greedy")
     with tempfile.TemporaryDirectory() as tmp:
-        for label, target in (("base", [args.recipe]), ("trained", ["--run", args.run])):
+        for label, target in (("base", ["model", args.recipe]), ("trained", ["run", args.run])):
             results = {}
             for precision, extra in (("float32", ["model.mixed_precision=no"]), ("auto", [])):
                 output = Path(tmp) / f"{label}-{precision}"

@@ -100,6 +100,7 @@ def main() -> None:
             [
                 shutil.which("grpo") or "grpo",
                 "eval",
+                "model",
                 "--model",
                 str(model_dir),
                 "--protocol",
@@ -108,8 +109,7 @@ def main() -> None:
                 str(args.data / "test.jsonl"),
                 "--limit",
                 str(args.limit),
-                "--batch-size",
-                str(args.batch_size),
+                f"eval.batch_size={args.batch_size}",
                 "--output",
                 str(ours_out),
                 "--json",

@@ -3,7 +3,7 @@
 1. `grpo train` on the GSM8K train split (the recipe's first 7000 problems; the last 300 are the validation slice
    settings were chosen on) with `--proof qwen2.5-coder-0.5b` (the default: recipes/gsm8k/qwen2.5_coder_0.5b_cpu.yaml,
    the model assembled from its six PyPI parts by benchmarks/models/qwen2.5_coder_0.5b.sh) or `smollm2-135m`;
-2. `grpo eval --compare RUN` on the test split with the recipe's chat prompt and answer marker (greedy), base and
+2. `grpo eval compare RUN` on the test split with the recipe's chat prompt and answer marker (greedy), base and
    trained on the same problems, with a paired 95% interval of the change;
 3. the table: training reward over the first and last 20% of steps, test strict-match and flexible-extract with
    Wilson intervals, format rate, mean completion length, completions cut at the budget.
@@ -158,15 +158,14 @@ def main() -> None:
     command = [
         grpo,
         "eval",
-        "--compare",
+        "compare",
         str(run_dir),
         "model.mixed_precision=no",
         "--data",
         str(DATA / "test.jsonl"),
         "--output",
         str(root),
-        "--max-new-tokens",
-        str(args.max_new_tokens),
+        f"eval.max_new_tokens={args.max_new_tokens}",
     ]
     command += ["--limit", str(args.limit)] if args.limit else []
     command += ["--base", str(args.base)] if args.base else []

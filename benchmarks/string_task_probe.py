@@ -118,7 +118,7 @@ def candidates(rng: random.Random) -> dict[str, tuple[str, list[dict]]]:
 def accuracy(recipe: Path, out: Path, *extra: str) -> tuple[float, str]:
     """(accuracy, first completion) of one `grpo eval` of the recipe's task."""
     subprocess.run(
-        [shutil.which("grpo") or "grpo", "eval", str(recipe), "--output", str(out), "--json", *extra],
+        [shutil.which("grpo") or "grpo", "eval", "model", str(recipe), "--output", str(out), "--json", *extra],
         check=True,
         capture_output=True,
     )

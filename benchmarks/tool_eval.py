@@ -24,6 +24,7 @@ def grpo_eval(recipe: str, overrides: list[str], args, output: Path) -> dict:
         "-m",
         "grpo_cli",
         "eval",
+        "model",
         recipe,
         *overrides,
         "--data",

@@ -1,6 +1,6 @@
-"""The validation curve of a run: `grpo eval --compare` results of several checkpoints as one table and one plot.
+"""The validation curve of a run: `grpo eval compare` results of several checkpoints as one table and one plot.
 
-Each STEP=DIR names a checkpoint's step and the `--output` folder of its `grpo eval --compare` (which holds
+Each STEP=DIR names a checkpoint's step and the `--output` folder of its `grpo eval compare` (which holds
 comparison.json: base and trained accuracy on the same problems, the paired 95% interval of the change, problems
 fixed and broken). All must share one base evaluation, or the curve compares different things.
 
@@ -30,7 +30,7 @@ def read_points(specs: list[str]) -> list[tuple[int, dict]]:
             sys.exit(f"{spec}: write STEP=DIR, e.g. 8=runs/c3-val/ckpt8")
         path = Path(folder) / COMPARISON_FILE
         if not path.exists():
-            sys.exit(f"{path} not found: is {folder} the --output of `grpo eval --compare`?")
+            sys.exit(f"{path} not found: is {folder} the --output of `grpo eval compare`?")
         points.append((int(step), json.loads(path.read_text())))
     bases = {(c["base"], c["problems"]) for _, c in points}
     if len(bases) > 1:

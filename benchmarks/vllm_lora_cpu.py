@@ -38,8 +38,9 @@ def run_eval(name: str, args, output: Path) -> dict:
     """One `grpo eval`; its summary, completions and the process's wall time (loading included)."""
     start, with_adapter = RUNS[name]
     command = [sys.executable, *(("-m", start) if start == "grpo_cli" else ("-c", start))]
-    command += ["eval", str(args.recipe), f"model.name={args.model}", "--engine", "vllm", "--output", str(output)]
-    command += ["--data", str(args.data), "--limit", str(args.limit), "--max-new-tokens", str(args.max_new_tokens)]
+    command += ["eval", "model", str(args.recipe), f"model.name={args.model}", "--engine", "vllm"]
+    command += ["--output", str(output), "--data", str(args.data), "--limit", str(args.limit)]
+    command += [f"eval.max_new_tokens={args.max_new_tokens}"]
     command += ["--adapter", str(args.adapter)] if with_adapter else []
     return grpo_eval(name, command, output, env={**os.environ, **(preload_env() or {})})
 

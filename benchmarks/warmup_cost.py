@@ -1,7 +1,7 @@
 """What a warm-up (`warmup:`) costs on this CPU per 100 examples, and what it buys before any GRPO step.
 
 Runs the warm-up stage of recipes/demo_warmup.yaml alone (SmolLM2-135M-Instruct, LoRA r16, reference solutions of
-generated problems, `#### <number>` format) on N examples, then `grpo eval --compare` of the warmed-up adapter against
+generated problems, `#### <number>` format) on N examples, then `grpo eval compare` of the warmed-up adapter against
 the base model on the same generated problems: the asked-format rate and strict-match (the number after `####`) are
 what the warm-up is for. Writes benchmarks/warmup_cost.txt with the command, date, machine and load.
 
@@ -87,7 +87,7 @@ def main() -> None:
         request = EvalRequest(compare_run=folder, options={"eval.limit": args.eval})
         started = time.perf_counter()
         outcome = run_eval(request)
-        lines.append(f"grpo eval --compare RUN/warmup --limit {args.eval} ({time.perf_counter() - started:.0f} s):")
+        lines.append(f"grpo eval compare RUN/warmup --limit {args.eval} ({time.perf_counter() - started:.0f} s):")
         for result in outcome.results:
             summary = result.summary
             strict = summary["filters"]["strict-match"]

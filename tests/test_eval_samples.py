@@ -16,8 +16,7 @@ from conftest import fails_cleanly, write_recipe
 from grpo_cli.cli import app
 from grpo_cli.errors import UserError
 from grpo_cli.eval.problems import Problem
-from grpo_cli.eval.sampled import majority_vote, sampled_record, summarize_sampled, vote_key
-from grpo_cli.eval.sampler import check_sampling
+from grpo_cli.eval.sampled import check_sampling, majority_vote, sampled_record, summarize_sampled, vote_key
 from grpo_cli.eval.scoring import FILTERS, score
 from grpo_cli.eval.stats import mean_interval, paired_difference, paired_mean_difference, pass_at_k, wilson_interval
 from grpo_cli.generation.base import Generated

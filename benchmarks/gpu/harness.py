@@ -11,7 +11,7 @@ Here, on the CPU, with tiny models (what tests/test_gpu_harness.py runs):
 Parts (`--parts`, comma-separated, all by default), in the order they run, most wanted first:
   versions     package versions and an import of every module of grpo_cli and rewards, in a child process: a
                version mismatch costs seconds, not the whole call.
-  train_eval   a real `grpo train` of a LoRA recipe (20 steps) and `grpo eval --run` on it: exit codes, loss,
+  train_eval   a real `grpo train` of a LoRA recipe (20 steps) and `grpo eval run` on it: exit codes, loss,
                weights changed, the eval engine's tokens/s.
   overhead     `grpo train` and benchmarks/plain_trl.py on the same configuration: step time and peak as ratios.
   quant        QLoRA (bitsandbytes 4-bit) and 8-bit AdamW steps: they run, and plan against peak (memory.py's
@@ -368,7 +368,7 @@ class Harness:
                 "-m",
                 "grpo_cli",
                 "eval",
-                "--run",
+                "run",
                 str(run_dir),
                 "--json",
                 "--output",

@@ -20,8 +20,8 @@ RESULT=$OUT/checkpoint-$STEP
 BASE_ARGS=() BASE_DIR=$RESULT/base
 if [ -n "${BASE:-}" ]; then BASE_ARGS=(--base "$BASE") BASE_DIR=$BASE; fi
 say "validation picked checkpoint-$STEP; testing it on $TEST"
-grpo eval --compare "$KEEP/checkpoint-$STEP" model.name="$M" "${BASE_ARGS[@]}" --data "$TEST" \
-    --max-new-tokens 512 --output "$RESULT"
+grpo eval compare "$KEEP/checkpoint-$STEP" model.name="$M" "${BASE_ARGS[@]}" --data "$TEST" \
+    eval.max_new_tokens=512 --output "$RESULT"
 say "lm-eval's regexes on the same predictions"
 python "$HERE/../lm_eval_rescore.py" "$BASE_DIR" "$RESULT/trained" --json "$RESULT/lm_eval_rescore.json"
 say "done"

@@ -41,8 +41,8 @@ fi
 run mkdir -p "$KEEP"
 run cp -r "$RUN/checkpoint-$STEP" "$RUN/recipe.yaml" "$KEEP/"  # with the recipe KEEP reads as a run folder
 say "validating checkpoint-$STEP"
-run grpo eval --compare "$RUN/checkpoint-$STEP" model.name="$M" --base "$BASE" --data "$VAL" --limit 300 \
-    --max-new-tokens 512 --output "$OUT/checkpoint-$STEP"
+run grpo eval compare "$RUN/checkpoint-$STEP" model.name="$M" --base "$BASE" --data "$VAL" --limit 300 \
+    eval.max_new_tokens=512 --output "$OUT/checkpoint-$STEP"
 if [ $# -eq 0 ]; then say "done (no command to start after it)"; exit 0; fi
 say "starting the run again: $*"
 if [ "${DRY:-0}" = 1 ]; then say "would run: $* > $NEXT_LOG"; else nohup "$@" > "$NEXT_LOG" 2>&1 & fi

@@ -13,7 +13,7 @@ out=benchmarks/tool_demo/warmup_only
 if [ ! -d "$RUN/warmup/final" ]; then
   /usr/bin/time -f "train %e s, peak RSS %M KiB" -o "$RUN.time" grpo train recipes/demo_tools.yaml "training.output_dir=$RUN"
 fi
-grpo eval recipes/demo_tools.yaml --adapter "$RUN/warmup/final" --output "$out"
+grpo eval model recipes/demo_tools.yaml --adapter "$RUN/warmup/final" --output "$out"
 # committed results name no machine's folders: the run as README's commands name it
 sed -i "s#$RUN/warmup/final#runs/demo_tools/warmup/final#" "$out/settings.json" "$out/summary.json"
 {

@@ -11,7 +11,7 @@ from typing import Any
 from grpo_cli.errors import UserError
 from grpo_cli.eval import evaluate as ev
 from grpo_cli.eval.comparison import compare
-from grpo_cli.eval.sampler import check_sampling
+from grpo_cli.eval.sampled import check_sampling
 from grpo_cli.eval.store import OWN_FILES, refuse_foreign
 from grpo_cli.eval.targets import Target, default_output, run_target
 from grpo_cli.generation.engines import check_engine

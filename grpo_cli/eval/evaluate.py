@@ -21,8 +21,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from grpo_cli.eval.sampled import ProblemSamples, by_problem, repeated, sampled_record
-from grpo_cli.eval.sampler import sampling_of
+from grpo_cli.eval.sampled import ProblemSamples, by_problem, repeated, sampled_record, sampling_of
 from grpo_cli.eval.store import PredictionStore, previous_session
 from grpo_cli.eval.suite import EvalSuite, build_suite, max_new_tokens
 from grpo_cli.eval.targets import Target

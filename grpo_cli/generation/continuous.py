@@ -94,7 +94,7 @@ class ContinuousGenerator(HFGenerator):
         self._record(batch)
 
     def _next(self, logits, rows: list[_Row]):
-        """Each row's next token: the most likely one, or a draw with the row's own generator (eval/sampler.py)."""
+        """Each row's next token: the most likely one, or a draw with the row's own generator (sampling.py)."""
         if self.sampling is None:
             return logits.argmax(-1)
         from grpo_cli.generation.sampling import draw

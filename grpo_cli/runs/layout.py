@@ -12,6 +12,7 @@ RECIPE_CHANGES_FILE = "recipe_changes.jsonl"  # what a resumed run changed in it
 METRICS_FILE = "metrics.jsonl"
 SAMPLES_FILE = "samples.jsonl"
 FINAL_DIR = "final"
+FINAL_STAGING = "final.partial"  # a final model being written; renamed to FINAL_DIR once whole
 CARD_FILE = "README.md"
 REPORT_FILE = "report.png"
 EVAL_DIR = "eval"  # `grpo eval run/compare` of this run: EVAL_DIR/<protocol>-<data>/{base,trained}/
@@ -39,6 +40,7 @@ OWN_NAMES = {
     METRICS_FILE,
     SAMPLES_FILE,
     FINAL_DIR,
+    FINAL_STAGING,
     CARD_FILE,
     REPORT_FILE,
     EVAL_DIR,

@@ -229,16 +229,12 @@ def _run_steps(trainer, checkpoint: Path | None, display, interrupt) -> None:
 def _save_final(trainer, interrupted: bool, console: Console) -> Path | None:
     """The finished model in final/ (None when interrupted)."""
     from grpo_cli.runs.layout import FINAL_DIR
-    from grpo_cli.train.stage import interrupted_line
+    from grpo_cli.train.stage import interrupted_line, save_final
 
     if interrupted:
         console.print(interrupted_line("", trainer.state.global_step))
         return None
-    final_dir = Path(trainer.args.output_dir) / FINAL_DIR
-    trainer.save_model(str(final_dir))  # collective under FSDP/ZeRO-3: every rank takes part
-    if trainer.is_world_process_zero():
-        trainer.processing_class.save_pretrained(str(final_dir))
-    return final_dir
+    return save_final(trainer, Path(trainer.args.output_dir) / FINAL_DIR)
 
 
 def _start(recipe: Recipe, resume: bool, console: Console) -> Path | None:

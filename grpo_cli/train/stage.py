@@ -1,5 +1,6 @@
 """One training stage under the console, the warm-up's SFTTrainer and GRPO's trainer alike: the progress display,
-Ctrl-C (stop after the step that is running, a checkpoint saved), resuming from a checkpoint, and the closing hint."""
+Ctrl-C (stop after the step that is running, a checkpoint saved), resuming from a checkpoint, the closing hint, and
+the one rule both save their finished model by."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ from pathlib import Path
 
 from rich.console import Console
 
-from grpo_cli.runs.layout import checkpoint_step
+from grpo_cli.runs.layout import FINAL_STAGING, checkpoint_step
 
 
 def stage_display(console: Console, total_steps: int, checkpoint: Path | None):
@@ -53,3 +54,23 @@ def interrupted_line(stage: str, step: int) -> str:
     """What the console says when Ctrl-C stopped a stage: where, and the command that continues it."""
     where = f" in the {stage}" if stage else ""
     return f"interrupted{where} at step {step}; continue with: grpo train <recipe> --resume"
+
+
+def save_final(trainer, final: Path) -> Path:
+    """The finished model (adapter or weights) and its tokenizer, written beside `final` and moved into place whole:
+    a final/ folder always holds a whole model, whichever stage wrote it (a crash mid-save leaves final.partial/).
+    Under FSDP or ZeRO-3 every rank takes part in the save; the main process writes the tokenizer and moves it."""
+    import shutil
+
+    staging = final.with_name(FINAL_STAGING)
+    main = trainer.is_world_process_zero()
+    if main:
+        shutil.rmtree(staging, ignore_errors=True)
+    trainer.accelerator.wait_for_everyone()
+    trainer.save_model(str(staging))  # collective under FSDP/ZeRO-3
+    if main:
+        trainer.processing_class.save_pretrained(str(staging))
+        shutil.rmtree(final, ignore_errors=True)  # an earlier final of this same run, saved again
+        staging.rename(final)
+    trainer.accelerator.wait_for_everyone()
+    return final

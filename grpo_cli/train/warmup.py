@@ -207,7 +207,7 @@ def _train(trainer, steps: int, folder: Path, checkpoint, console: Console) -> b
     """The SFTTrainer over the examples as a stage (stage.py); True when Ctrl-C stopped it (a checkpoint saved)."""
     from grpo_cli.files import read_jsonl
     from grpo_cli.train.callbacks import InterruptCallback, MetricsCallback
-    from grpo_cli.train.stage import interrupted_line, stage_display, train_stage
+    from grpo_cli.train.stage import interrupted_line, save_final, stage_display, train_stage
 
     interrupt = InterruptCallback()
     display = stage_display(console, steps, checkpoint)
@@ -217,7 +217,7 @@ def _train(trainer, steps: int, folder: Path, checkpoint, console: Console) -> b
     if interrupt.requested:
         console.print(interrupted_line("warm-up", trainer.state.global_step))
         return True
-    _save(trainer, trainer.processing_class, folder / FINAL_DIR)
+    save_final(trainer, folder / FINAL_DIR)
     logged = read_jsonl(folder / METRICS_FILE, required=("step",)).rows  # every attempt's steps, resumed or not
     losses = [r["loss"] for r in logged if r.get("loss") is not None]
     shown = f", loss {losses[0]:.3g} -> {losses[-1]:.3g}" if losses else ""
@@ -250,18 +250,6 @@ def total_steps(warm: WarmupSection, examples: int) -> int:
         1, math.ceil(math.ceil(examples / warm.per_device_train_batch_size) / warm.gradient_accumulation_steps)
     )
     return math.ceil(per_epoch * warm.num_train_epochs)
-
-
-def _save(trainer, tokenizer, final: Path) -> None:
-    """The adapter (or model) and tokenizer, written beside final/ and moved into place whole: final/ is what says
-    the warm-up is finished."""
-    import shutil
-
-    staging = final.with_name(final.name + ".partial")
-    shutil.rmtree(staging, ignore_errors=True)
-    trainer.save_model(str(staging))
-    tokenizer.save_pretrained(str(staging))
-    staging.rename(final)
 
 
 def _recorded(folder: Path) -> str:
