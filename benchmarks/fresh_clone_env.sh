@@ -9,3 +9,4 @@ cd "$work/grpo"
 python3 -m venv .venv
 . .venv/bin/activate
 export GRPO_CACHE="$work/cache"  # the first-time .gguf conversion counts too
+unset PYTHONDONTWRITEBYTECODE  # a new user's shell: Python keeps the bytecode it compiles on first import
