@@ -83,10 +83,27 @@ def values(figure: Figure, root: Path = ROOT) -> list:
     return [number(group) for group in found.groups()]
 
 
+# The demo's steps as shipped: demo_seeds.txt's rows at that many steps are the demo's (earlier rows, other recipes).
+DEMO_STEPS = int(re.search(r"^  max_steps: (\d+)", (ROOT / "recipes" / "demo.yaml").read_text(), re.M).group(1))
+
+
+def newest(pattern: str) -> Callable[[str], list]:
+    """The groups of the pattern's last match in a log that grows at its end: the newest run's figures."""
+
+    def read(text: str) -> list:
+        found = list(re.finditer(pattern, text, re.M))
+        assert found, f"nothing matches {pattern!r}"
+        return [group for group in found[-1].groups() if group is not None]
+
+    return read
+
+
 # Figures the README derives from a file's rows (ranges, counts, ratios): each reads one file's text.
 def seeds_learning(text: str) -> list:
-    """demo_seeds.txt's 24-step table: seeds whose length fell, and whose correctness rose by 0.15 (the file's bar)."""
-    rows = re.findall(r"^\d+ +\d+ +24 +[\d.]+ -> [\d.]+ +([\d.]+) -> ([\d.]+) +([\d.]+) -> ([\d.]+)$", text, re.M)
+    """demo_seeds.txt's table at the shipped step count: seeds whose length fell, and whose correctness rose by 0.15
+    (the file's bar)."""
+    row = rf"^\d+ +\d+ +{DEMO_STEPS} +[\d.]+ -> [\d.]+ +([\d.]+) -> ([\d.]+) +([\d.]+) -> ([\d.]+)$"
+    rows = re.findall(row, text, re.M)
     brevity = sum(number(last) < number(first) for _, _, first, last in rows)
     correctness = sum(number(last) - number(first) >= number("0.15") for first, last, _, _ in rows)
     return [brevity, len(rows), correctness, len(rows)]
@@ -134,12 +151,12 @@ C, FLEX, STRICT = "filters.correctness.", "filters.flexible-extract.", "filters.
 INTERVAL = f"{FLEX}paired.low {FLEX}paired.high"
 PAIRED = r"change \S+ \(paired 95% ([-+][\d.]+) to ([-+][\d.]+)"  # demo_heldout.py's interval of a change
 ACCURACY = r"base ([\d.]+) -> trained ([\d.]+), " + PAIRED + r"(?:; fixed (\d+), broken (\d+))?"
-DEMO42, DEMO43 = (rf"(?s)demo\.yaml seed {seed}:.*?flexible-extract: " + ACCURACY for seed in (42, 43))
+DEMO42, DEMO43 = (newest(rf"(?s)demo\.yaml seed {seed}:.*?flexible-extract: " + ACCURACY) for seed in (42, 43))
 STEPS = (  # train_overhead.py's two lines: grpo train, then plain TRL left to TRL's defaults
     r"(?s:.*?)grpo train +: median step +([\d.]+) s .*peak RSS ([\d.]+) GiB\n"
     r"plain TRL, TRL's default bf16 : median step +([\d.]+) s .*peak RSS ([\d.]+) GiB"
 )
-SEED42 = r"^42 +\d+ +24 +([\d.]+) -> ([\d.]+) +([\d.]+) -> ([\d.]+) +([\d.]+) -> ([\d.]+)$"  # demo_seeds.py
+SEED42 = newest(rf"^42 +\d+ +{DEMO_STEPS} +([\d.]+) -> ([\d.]+) +([\d.]+) -> ([\d.]+) +([\d.]+) -> ([\d.]+)$")
 ERRORS, LAST = r"median \|error\| ([\d.]+)%", r"(?![\s\S]*rows, first)"  # LAST: no batch line follows
 ALLOCATED = r"allocated: \d+ rows, " + ERRORS + r", max \+?([\d.]+)%"
 # The rows plan_for_data.txt marks `held out`.
@@ -154,7 +171,7 @@ SPECS = {  # a phrase of the row's `what` cell: the figures of its result cell
         F(HELDOUT, DEMO42, "pts; {4} fixed, {5} broken)"),
         F(HELDOUT, DEMO43, "{:.0%} -> {:.0%} at seed 43 ({!p:+.1f} to {!p:+.1f}; {} fixed, {} broken)"),
         F(SEEDS, SEED42, "mean reward {} -> {}, correctness {} -> {}, length {} -> {} tokens"),
-        F(SEEDS, r"means over the first and the last (\d+) steps", "(first vs last {} steps)"),
+        F(SEEDS, newest(r"means over the first and the last (\d+) steps"), "(first vs last {} steps)"),
         F(SEEDS, seeds_learning, "brevity learned at {} of {} seeds, correctness at {} of {}"),
     ),
     "A shortcut caught": (
