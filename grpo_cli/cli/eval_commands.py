@@ -56,22 +56,19 @@ EngineOption = Annotated[
 JsonOption = Annotated[bool, typer.Option("--json", help="Print the summary as JSON.")]
 
 
-def _settings(data, limit, protocol, samples=None, temperature=None) -> dict:
-    """The flags that set `eval:` keys, by key."""
-    keys = ("eval.source", "eval.limit", "eval.protocol", "eval.samples", "eval.temperature")
-    return dict(zip(keys, (data, limit, protocol, samples, temperature)))
-
-
-def _evaluate(ctx: typer.Context, as_json: bool, **request) -> None:
-    """One evaluation request, run with its progress on the console; its outcome printed or as JSON."""
+def _evaluate(ctx: typer.Context, as_json: bool, flags: tuple, overrides: list[str] | None, **request) -> None:
+    """One evaluation request, run with its progress on the console; its outcome printed or as JSON. `flags`: the
+    options that set `eval:` keys (--data, --limit, --protocol, --samples, --temperature), in that order."""
     from rich.console import Console
 
     from grpo_cli.eval.command import EvalRequest, run_eval
     from grpo_cli.eval.view import EvalDisplay, outcome_json, print_outcome
 
+    keys = ("eval.source", "eval.limit", "eval.protocol", "eval.samples", "eval.temperature")
+    request.update(options=dict(zip(keys, flags)), overrides=list(overrides or []), own_process=own_process(ctx))
     console = Console(stderr=as_json)
     with user_errors(as_json):
-        outcome = run_eval(EvalRequest(**request, own_process=own_process(ctx)), EvalDisplay(console))
+        outcome = run_eval(EvalRequest(**request), EvalDisplay(console))
     if as_json:
         typer.echo(json.dumps(outcome_json(outcome), indent=2))
     else:
@@ -107,12 +104,10 @@ def eval_model(
     as_json: JsonOption = False,
 ) -> None:
     """A model as it is: the recipe's, or --model's, with --adapter on top."""
-    overrides = list(overrides or [])
     if recipe is not None and "=" in str(recipe) and not recipe.exists():  # only overrides were given
-        recipe, overrides = None, [str(recipe), *overrides]
-    options = _settings(data, limit, protocol, samples, temperature)
-    _evaluate(ctx, as_json, recipe=recipe, overrides=overrides, model=model, adapter=adapter, options=options,
-              output=output, engine=engine)  # fmt: skip
+        recipe, overrides = None, [str(recipe), *(overrides or [])]
+    flags = (data, limit, protocol, samples, temperature)
+    _evaluate(ctx, as_json, flags, overrides, recipe=recipe, model=model, adapter=adapter, output=output, engine=engine)
 
 
 @eval_app.command(
@@ -137,9 +132,8 @@ def eval_run(
     as_json: JsonOption = False,
 ) -> None:
     """The model a run trained (its final model, or RUN/checkpoint-N)."""
-    options = _settings(data, limit, protocol, samples, temperature)
-    _evaluate(ctx, as_json, recipe=recipe, overrides=list(overrides or []), run=run_dir, options=options,
-              output=output, engine=engine)  # fmt: skip
+    flags = (data, limit, protocol, samples, temperature)
+    _evaluate(ctx, as_json, flags, overrides, recipe=recipe, run=run_dir, output=output, engine=engine)
 
 
 @eval_app.command(
@@ -166,9 +160,9 @@ def eval_compare(
     as_json: JsonOption = False,
 ) -> None:
     """The base model and the run's trained model on the same problems, paired: the difference with its interval."""
-    options = _settings(data, limit, protocol, samples, temperature)
-    _evaluate(ctx, as_json, recipe=recipe, overrides=list(overrides or []), compare_run=run_dir, base_dir=base_dir,
-              options=options, output=output, engine=engine)  # fmt: skip
+    flags = (data, limit, protocol, samples, temperature)
+    request = dict(recipe=recipe, compare_run=run_dir, base_dir=base_dir, output=output, engine=engine)
+    _evaluate(ctx, as_json, flags, overrides, **request)
 
 
 @eval_app.command(
@@ -194,6 +188,6 @@ def eval_curve(
     as_json: JsonOption = False,
 ) -> None:
     """The base model, every checkpoint and the final model of a run: accuracy against step."""
-    options = _settings(data, limit, protocol, samples, temperature)
-    _evaluate(ctx, as_json, recipe=recipe, overrides=list(overrides or []), checkpoints_run=run_dir,
-              base_dir=base_dir, options=options, output=output, engine=engine)  # fmt: skip
+    flags = (data, limit, protocol, samples, temperature)
+    request = dict(recipe=recipe, checkpoints_run=run_dir, base_dir=base_dir, output=output, engine=engine)
+    _evaluate(ctx, as_json, flags, overrides, **request)

@@ -17,8 +17,7 @@ NOW_OVERRIDES = {
     "--top-p": "eval.top_p",
     "--seed": "eval.seed",
 }
-KEPT = {"--model", "--adapter", "--data", "--limit", "--protocol", "--samples", "--temperature", "--output"}
-KEPT |= {"--engine", "--base"}
+KEPT = set("--model --adapter --base --data --limit --protocol --samples --temperature --output --engine".split())
 TAKES_VALUE = KEPT | set(RUN_FLAGS) | set(NOW_OVERRIDES)
 
 
