@@ -71,7 +71,7 @@ def pytest_runtest_setup(item):
 @pytest.fixture(autouse=True)
 def _only_slow_tests_train(request, monkeypatch):
     """`-m "not slow"` is the inner loop: a test not marked slow that reaches a Trainer's train() (grpo train,
-    preflight's steps, the warm-up) fails here."""
+    preflight's steps, the SFT stage) fails here."""
     if request.node.get_closest_marker("slow") is not None:
         return
     from transformers import Trainer

@@ -290,9 +290,9 @@ def test_report_draws_metrics_with_wrongly_typed_values_and_names_them(tmp_path)
     assert (run / "report.png").stat().st_size > 0
 
 
-def test_report_of_a_run_stopped_in_its_warm_up_draws_the_warm_up(tmp_path):
+def test_report_of_a_run_stopped_in_its_sft_stage_draws_the_sft_loss(tmp_path):
     run = tmp_path / "run"
-    write_metrics(run / "warmup" / "metrics.jsonl", [{"step": 1, "loss": 0.7}, {"step": 2, "loss": 0.5}])
+    write_metrics(run / "sft" / "metrics.jsonl", [{"step": 1, "loss": 0.7}, {"step": 2, "loss": 0.5}])
     result = runner.invoke(app, ["report", str(run)])
     assert result.exit_code == 0, result.output
     assert "logged no GRPO step yet" in result.output and (run / "report.png").stat().st_size > 0

@@ -1,6 +1,6 @@
-"""One rule for the finished model, the warm-up's and GRPO's alike (train/stage.py save_final): written beside final/
+"""One rule for the finished model, the SFT stage's and GRPO's alike (train/stage.py save_final): written beside final/
 and moved into place whole, so final/ never holds half a model. The real stages are driven by tests/test_train.py and
-tests/test_warmup.py; here the rule itself, on a writer that can fail mid-save."""
+tests/test_sft.py; here the rule itself, on a writer that can fail mid-save."""
 
 from __future__ import annotations
 
@@ -60,5 +60,5 @@ def test_both_stages_save_their_final_model_by_the_one_rule():
         names = {n.func.attr if isinstance(n.func, ast.Attribute) else getattr(n.func, "id", None)
                  for n in ast.walk(tree) if isinstance(n, ast.Call)}  # fmt: skip
         callers[path.name] = names
-    assert "save_final" in callers["run.py"] and "save_final" in callers["warmup.py"]
+    assert "save_final" in callers["run.py"] and "save_final" in callers["sft.py"]
     assert [name for name, calls in callers.items() if "save_model" in calls] == ["stage.py"]

@@ -25,9 +25,9 @@ COMMANDS = [
 # What the test changes, as overrides on the commands that take the recipe: the model, and sizes that keep it fast.
 SMALL = [
     "data.max_prompt_length=256",  # the tiny tokenizer spends more tokens on a prompt
-    "warmup.count=4",
-    "warmup.per_device_train_batch_size=2",
-    "warmup.max_length=256",
+    "sft.count=4",
+    "sft.per_device_train_batch_size=2",
+    "sft.max_length=256",
     "training.max_steps=1",
     "training.per_device_train_batch_size=4",
     "grpo.num_generations=2",

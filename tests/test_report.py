@@ -1,4 +1,4 @@
-"""`grpo report` draws a run's stages: the warm-up's supervised loss, when the run had one, above GRPO's curves."""
+"""`grpo report` draws a run's stages: the SFT stage's supervised loss, when the run had one, above GRPO's curves."""
 
 from __future__ import annotations
 
@@ -18,18 +18,18 @@ def grpo_rows():
     return [{"step": s, "reward": 0.1 * s, "completions/mean_length": 20.0 + s} for s in (1, 2, 3)]
 
 
-def test_a_run_with_a_warm_up_gets_the_warm_up_loss_panel(tmp_path):
+def test_a_run_with_an_sft_stage_gets_the_sft_loss_panel(tmp_path):
     import matplotlib.image
 
-    from grpo_cli.runs.report import _warmup_losses
+    from grpo_cli.runs.report import _sft_losses
 
-    plain, warmed = tmp_path / "plain", tmp_path / "warmed"
+    plain, with_sft = tmp_path / "plain", tmp_path / "with_sft"
     write_metrics(plain, grpo_rows())
-    write_metrics(warmed, grpo_rows())
-    write_metrics(warmed / "warmup", [{"step": 1, "loss": 0.6}, {"step": 2, "loss": 0.4}, {"step": 3, "loss": None}])
-    assert _warmup_losses(plain) == [] and _warmup_losses(warmed) == [(1, 0.6), (2, 0.4)]
-    for run in (plain, warmed):
+    write_metrics(with_sft, grpo_rows())
+    write_metrics(with_sft / "sft", [{"step": 1, "loss": 0.6}, {"step": 2, "loss": 0.4}, {"step": 3, "loss": None}])
+    assert _sft_losses(plain) == [] and _sft_losses(with_sft) == [(1, 0.6), (2, 0.4)]
+    for run in (plain, with_sft):
         result = CliRunner().invoke(app, ["report", str(run)])
         assert result.exit_code == 0, result.output
-    heights = [matplotlib.image.imread(run / "report.png").shape[0] for run in (plain, warmed)]
+    heights = [matplotlib.image.imread(run / "report.png").shape[0] for run in (plain, with_sft)]
     assert heights[1] > heights[0]  # one more panel, drawn above the reward and length panels

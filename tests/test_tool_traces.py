@@ -1,4 +1,4 @@
-"""Worked solutions as calculator traces for the warm-up: GSM8K's `<<expression=result>>` notes become tool calls,
+"""Worked solutions as calculator traces for the SFT stage: GSM8K's `<<expression=result>>` notes become tool calls,
 the calculator's answers tool turns, and a row whose notes the calculator cannot reproduce is dropped and counted."""
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from grpo_cli.recipe.data_section import DataSection
 from grpo_cli.recipe.generated_tasks import generate_task
 from grpo_cli.recipe.user_code import ToolSpec
 from grpo_cli.tools.traces import calculator_trace
-from grpo_cli.train.warmup_examples import reference_examples
+from grpo_cli.train.sft_examples import reference_examples
 
 GSM8K_SOLUTION = (
     "Natalia sold 48/2 = <<48/2=24>>24 clips in May.\n"
@@ -81,7 +81,7 @@ def test_annotated_results_are_compared_as_numbers_not_strings():
     assert trace.calls == 3
 
 
-def test_reference_warmup_with_the_calculator_writes_traces_and_counts_dropped_rows(tmp_path):
+def test_reference_sft_with_the_calculator_writes_traces_and_counts_dropped_rows(tmp_path):
     rows = [
         {"question": "How many clips?", "answer": GSM8K_SOLUTION},
         {"question": "Broken note?", "answer": "Half is <<48/2=25>>25.\n#### 25"},
@@ -135,15 +135,15 @@ def test_an_unknown_chat_template_is_one_line_naming_the_key(tmp_path, tiny_llam
 
 
 @pytest.mark.slow  # real SFT and GRPO steps
-def test_a_warmup_on_traces_trains_the_models_turns_only_then_grpo_calls_the_tool(tmp_path, tool_model):
+def test_a_sft_on_traces_trains_the_models_turns_only_then_grpo_calls_the_tool(tmp_path, tool_model):
     import math
 
     from safetensors.torch import load_file
 
     from grpo_cli.recipe.validation import load_recipe
     from grpo_cli.train.run import train
-    from grpo_cli.train.warmup import sft_trainer, warmup_setup
-    from grpo_cli.train.warmup_examples import training_examples
+    from grpo_cli.train.sft import sft_setup, sft_trainer
+    from grpo_cli.train.sft_examples import training_examples
 
     recipe = load_recipe(
         write_recipe(
@@ -156,15 +156,15 @@ def test_a_warmup_on_traces_trains_the_models_turns_only_then_grpo_calls_the_too
                 "answer_marker": "hashes",
             },
             tools=["calculator"],
-            warmup={"source": "reference", "count": 8, "max_steps": 2, "max_length": 1024, "learning_rate": 0.01},
+            sft={"source": "reference", "count": 8, "max_steps": 2, "max_length": 1024, "learning_rate": 0.01},
             lora={"r": 4, "alpha": 8, "dropout": 0.0},
             # a reward that differs within every group: GRPO has an advantage whatever the tiny model writes
             rewards=[{"name": "correctness"}, {"name": f"{ASSETS / 'varied_rewards.py'}:alternating"}],
             grpo={"num_generations": 2, "max_completion_length": 16, "max_tool_calling_iterations": 1},
         )
     )
-    examples = training_examples(recipe.warmup, recipe.data, recipe.tools, recipe.training.seed)
-    trainer = sft_trainer(recipe.warmup, recipe.training, tmp_path / "sft", warmup_setup(recipe), examples.rows, [])
+    examples = training_examples(recipe.sft, recipe.data, recipe.tools, recipe.training.seed)
+    trainer = sft_trainer(recipe.sft, recipe.training, tmp_path / "sft", sft_setup(recipe), examples.rows, [])
     assert trainer.args.assistant_only_loss
     row = trainer.train_dataset[0]
     tokenizer = trainer.processing_class
@@ -176,16 +176,16 @@ def test_a_warmup_on_traces_trains_the_models_turns_only_then_grpo_calls_the_too
     assert everything.count(product) == 3 and trained.count(product) == 2  # the closing turn's two, not the tool's
 
     result = train(recipe)
-    warm = [json.loads(line) for line in (result.run_dir / "warmup" / "metrics.jsonl").read_text().splitlines()]
-    assert [m["step"] for m in warm] == [1, 2] and all(math.isfinite(m["loss"]) for m in warm)
-    source = json.loads((result.run_dir / "warmup" / "source.json").read_text())
+    rows = [json.loads(line) for line in (result.run_dir / "sft" / "metrics.jsonl").read_text().splitlines()]
+    assert [m["step"] for m in rows] == [1, 2] and all(math.isfinite(m["loss"]) for m in rows)
+    source = json.loads((result.run_dir / "sft" / "source.json").read_text())
     assert source["tool_calls"] == 8 and source["malformed"] == 0
     assert not result.interrupted and result.global_step == recipe.training.max_steps
     metrics = [json.loads(line) for line in (result.run_dir / "metrics.jsonl").read_text().splitlines()]
     assert all(math.isfinite(m["loss"]) and "tools/call_frequency" in m for m in metrics)
     adapter = load_file(result.final_dir / "adapter_model.safetensors")
-    warmed = load_file(result.run_dir / "warmup" / "final" / "adapter_model.safetensors")
-    assert any(not torch.equal(adapter[k], warmed[k]) for k in warmed), "GRPO moved the warmed-up adapter"
+    after_sft = load_file(result.run_dir / "sft" / "final" / "adapter_model.safetensors")
+    assert any(not torch.equal(adapter[k], after_sft[k]) for k in after_sft), "GRPO moved the SFT adapter"
 
 
 def test_the_console_line_and_run_summary_show_the_tool_figures_of_a_tool_run():
@@ -254,7 +254,7 @@ def test_a_text_token_the_tokenizer_lacks_is_one_line_naming_the_key(tmp_path, t
     assert "<tool_cal>" in str(caught.value) and "<tool_call>" in str(caught.value)
 
 
-def test_a_reference_warmup_that_could_write_no_call_is_refused_at_validate():
+def test_a_reference_sft_that_could_write_no_call_is_refused_at_validate():
     recipe = str(ROOT / "recipes" / "demo_tools.yaml")
     result = CliRunner().invoke(app, ["validate", recipe, "data.answer_format=plain"])
-    fails_cleanly(result, "warmup.source", "no example would call a tool")
+    fails_cleanly(result, "sft.source", "no example would call a tool")

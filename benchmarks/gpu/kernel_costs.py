@@ -31,14 +31,14 @@ def sync(device):
         torch.cuda.synchronize()
 
 
-def measure(fn, device, repeats=5, warmup=2) -> dict:
+def measure(fn, device, repeats=5, sft=2) -> dict:
     """First call's seconds (compilation included), then the median of `repeats` and the peak above the inputs."""
     sync(device)
     started = time.perf_counter()
     fn()
     sync(device)
     first = time.perf_counter() - started
-    for _ in range(warmup - 1):
+    for _ in range(sft - 1):
         fn()
     times = []
     if device.type == "cuda":
@@ -133,7 +133,7 @@ def head_part(device, cpu: bool, results: dict, save) -> None:
         for t in (500, 517, 533, 517, 1000):
             inputs = head_inputs(8, t, 896, 151936, device, dtype)
             results[f"liger_compiled new length 8x{t}"] = measure(
-                functools.partial(fn, *inputs), device, repeats=1, warmup=1
+                functools.partial(fn, *inputs), device, repeats=1, sft=1
             )
             print(f"liger_compiled new length 8x{t}", results[f"liger_compiled new length 8x{t}"], flush=True)
             save()
@@ -215,7 +215,7 @@ def layer_part(device, cpu: bool, results: dict, save) -> None:
         for b, t in ((8, 1000), (8, 1001), (8, 1017), (7, 1017), (16, 1), (15, 1)):
             v = tensors(b, t, True)
             key = f"liger first call {b}x{t}"
-            results[key] = measure(calls(ops["liger"], v, True), device, repeats=1, warmup=1)
+            results[key] = measure(calls(ops["liger"], v, True), device, repeats=1, sft=1)
             print(key, results[key], flush=True)
             save()
 

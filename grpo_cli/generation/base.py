@@ -1,7 +1,7 @@
 """What every generation engine shares: the prompt and result types, the `Generator` protocol, the batch order and
 the stop-string cut.
 
-Evaluation, validation while training, preflight's sampling, the warm-up's self-sampling and the tool loop all
+Evaluation, validation while training, preflight's sampling, the SFT stage's self-sampling and the tool loop all
 generate through one of the engines in this package (the shape of lm-evaluation-harness's `LM` interface with its
 registered backends): `transformers_engine.py` (batched `generate`), `continuous.py` (continuous batching on a
 transformers model), `vllm_engine.py` (vLLM, CPU or GPU), `policy_sampler.py` (sampled as TRL samples in training),

@@ -1,6 +1,6 @@
 """Completions sampled as GRPO samples them in training (TRL's transformers path: `generate` with `do_sample` and the
 `grpo` section's temperature, top-p and top-k, drawn from torch's global generator), for preflight's sampled groups
-and tool loop and for the warm-up's examples of the model's own.
+and tool loop and for the SFT stage's examples of the model's own.
 
 Prompts go through in the caller's order and batches, unsorted: a caller that seeds torch draws the same completions
 as `generate` with `num_return_sequences` would for prompts repeated in place. `autocast`, when given, is the

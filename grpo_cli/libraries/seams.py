@@ -39,7 +39,7 @@ TRL_NAMES = names_table(
         "log-probs by overriding",
         "trl.trainer.utils _CHUNKED_LOGPROB_CHUNK_SIZE =": "narrows the LM head's vocabulary tiles on a CPU by setting",
         "trl.distributed DistributedBackend": "tells a sharded run (ZeRO-3, FSDP) from a plain one by asking",
-        "trl.chat_template_utils has_generation_markers": "finds the model's turns in a warm-up template with",
+        "trl.chat_template_utils has_generation_markers": "finds the model's turns in an SFT template with",
         "trl.chat_template_utils is_chat_template_prefix_preserving": "picks the tool loop's template with",
         "trl.chat_template_utils parse_response": "reads tool calls out of a completion with",
     }

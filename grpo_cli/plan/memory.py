@@ -55,8 +55,8 @@ class Plan:
     gpu_bytes: float | None = None  # the memory the run has: the GPU's, or the machine's RAM for device "cpu"
     prompt_tokens: int = 0  # the prompt length every sequence is sized at (the data's longest, or the limit)
     completion_tokens: int = 0  # the completion budget, every sequence planned at its full length
-    warmup: float = 0.0  # the warm-up's training phase (`warmup:`, no generation); 0 without one
-    warmup_peak: float = 0.0  # its tensors at their peak: static (no reference model yet) + that phase
+    sft: float = 0.0  # the SFT stage's training phase (`sft:`, no generation); 0 without one
+    sft_peak: float = 0.0  # its tensors at their peak: static (no reference model yet) + that phase
 
     @property
     def peak_rss(self) -> float:
@@ -86,7 +86,7 @@ def memory_plan(
     """Bytes per term for one process (device), without loading anything. Sequences are sized at `prompt_tokens`
     (the longest prompt of the data: TRL pads a batch to its longest prompt) or, without it, at the recipe's limit,
     with completions at the full budget."""
-    grpo, lora, warm = recipe.grpo, recipe.lora, recipe.warmup
+    grpo, lora, section = recipe.grpo, recipe.lora, recipe.sft
     held = static_memory.held(recipe.model, lora, recipe.quantization is not None, arch, device)
     prompt, generated = prompt_tokens or limit_prompt_tokens(recipe.data), recipe.generation_batch_per_process
     terms = static_terms(arch, device, held, lora, recipe.quantization, grpo, recipe.training.optim, recipe.distributed)
@@ -98,11 +98,13 @@ def memory_plan(
     terms += reward_model_terms(recipe.rewards, arch, held.dtype, device, generated, seq, activation_bytes)
     step = static_memory.optimizer_step_temporaries(device, held, recipe.training.optim, recipe.distributed)
     terms += training_terms(arch, device, held, lora, step, batch, seq)
-    if warm is not None:  # supervised steps before GRPO: a training phase at the warm-up's batch and length
-        warm_terms = training_terms(arch, device, held, lora, step, warm.per_device_train_batch_size, warm.max_length)
+    if section is not None:  # supervised steps before GRPO: a training phase at the SFT stage's batch and length
+        sft_terms = training_terms(
+            arch, device, held, lora, step, section.per_device_train_batch_size, section.max_length
+        )
         terms += [
-            Term(f"warm-up {t.name}", t.bytes, t.phase.replace("training", "warm-up"), t.formula)
-            for t in warm_terms
+            Term(f"SFT {t.name}", t.bytes, t.phase.replace("training", "SFT"), t.formula)
+            for t in sft_terms
             if t.phase != "comparison"
         ]
     terms = per_process(terms, recipe.distributed, recipe.trl, arch, held.w)
@@ -110,16 +112,16 @@ def memory_plan(
     static = sum(t.bytes for t in terms if t.phase == "static")
     generation = sum(t.bytes for t in terms if t.phase == "generation")
     training = _phase_peak(terms, "training", recipe.training.gradient_accumulation_steps > 1)
-    warmup = _phase_peak(terms, "warm-up", warm is not None and warm.gradient_accumulation_steps > 1)
-    # The warm-up runs before GRPO builds its reference model: the larger of the two stages decides the fit.
-    warmup_peak = static - sum(t.bytes for t in terms if t.name == "reference model") + warmup if warmup else 0.0
-    peak = max(static + max(generation, training), warmup_peak)
+    sft = _phase_peak(terms, "SFT", section is not None and section.gradient_accumulation_steps > 1)
+    # The SFT stage runs before GRPO builds its reference model: the larger of the two stages decides the fit.
+    sft_peak = static - sum(t.bytes for t in terms if t.name == "reference model") + sft if sft else 0.0
+    peak = max(static + max(generation, training), sft_peak)
     smi = peak * (1 + ALLOCATOR_SLACK) + CUDA_CONTEXT_GIB * GIB
     if grpo.use_vllm and gpu_bytes:
         smi += grpo.vllm_gpu_memory_utilization * gpu_bytes
     completion = grpo.max_completion_length
     return Plan(
-        arch, terms, static, generation, training, peak, smi, device, gpu_bytes, prompt, completion, warmup, warmup_peak
+        arch, terms, static, generation, training, peak, smi, device, gpu_bytes, prompt, completion, sft, sft_peak
     )
 
 

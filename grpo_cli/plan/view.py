@@ -60,8 +60,8 @@ def plan_json(result: PlanResult, notes: list[str] = ()) -> dict[str, Any]:
         "static_gib": round(plan.static / GIB, 4),
         "generation_phase_gib": round(plan.generation / GIB, 4),
         "training_phase_gib": round(plan.training / GIB, 4),
-        "warmup_phase_gib": round(plan.warmup / GIB, 4),
-        "warmup_peak_tensors_gib": round(plan.warmup_peak / GIB, 4),
+        "sft_phase_gib": round(plan.sft / GIB, 4),
+        "sft_peak_tensors_gib": round(plan.sft_peak / GIB, 4),
         "peak_tensors_gib": round(plan.peak_tensors / GIB, 4),
         "peak_nvidia_smi_gib": round(plan.peak_smi / GIB, 4),
         "peak_rss_gib": round(plan.peak_rss / GIB, 4),
@@ -111,7 +111,7 @@ def print_plan(console: Console, result: PlanResult, command: str, notes: list[s
         f"peak = static {plan.static / GIB:.2f} + max(generation {plan.generation / GIB:.2f}, "
         f"training {plan.training / GIB:.2f}) -> the {which} phase sets the peak"
     )
-    for line in warmup_lines(plan):
+    for line in sft_lines(plan):
         console.print(line, highlight=False, soft_wrap=True)
     for note in [*basis_lines(result), *notes]:
         console.print(note, soft_wrap=True, highlight=False)
@@ -157,15 +157,15 @@ def print_plan(console: Console, result: PlanResult, command: str, notes: list[s
         )
 
 
-def warmup_lines(plan: Plan) -> list[str]:
-    """The warm-up's peak beside GRPO's: the larger one is the plan's peak, and so decides the fit."""
-    if not plan.warmup:
+def sft_lines(plan: Plan) -> list[str]:
+    """The SFT stage's peak beside GRPO's: the larger one is the plan's peak, and so decides the fit."""
+    if not plan.sft:
         return []
     grpo = plan.static + max(plan.generation, plan.training)
-    which = "the warm-up" if plan.warmup_peak > grpo else "GRPO"
+    which = "the SFT stage" if plan.sft_peak > grpo else "GRPO"
     return [
-        f"warm-up (supervised steps before GRPO, no generation, no reference model): tensors peak at "
-        f"{plan.warmup_peak / GIB:.2f} GiB, GRPO's at {grpo / GIB:.2f} GiB -> {which} sets the peak"
+        f"SFT (supervised steps before GRPO, no generation, no reference model): tensors peak at "
+        f"{plan.sft_peak / GIB:.2f} GiB, GRPO's at {grpo / GIB:.2f} GiB -> {which} sets the peak"
     ]
 
 

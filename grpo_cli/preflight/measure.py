@@ -49,7 +49,7 @@ def calibration_recipe(recipe: Recipe, tokenizer, work: Path) -> Recipe:
         answer_format="gsm8k",
     )
     update["training"].update(max_steps=2, save_steps=10_000, output_dir=str(work / "run"), logging_steps=1)
-    update["warmup"] = None  # GRPO's steps only: the warm-up is timed on its own (warmup_steps.py)
+    update["sft"] = None  # GRPO's steps only: the SFT stage is timed on its own (sft_steps.py)
     update["trl"] = {
         **update.get("trl", {}),
         # transformers' `generate` and vLLM's SamplingParams name the same floor differently

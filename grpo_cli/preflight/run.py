@@ -14,8 +14,8 @@ from grpo_cli.preflight.advice import Advice, advise, fits_on_gpu
 from grpo_cli.preflight.constant_policy import ConstantPolicies, constant_policies, verifier_reward
 from grpo_cli.preflight.measure import StepMeasurement, measure_steps
 from grpo_cli.preflight.sampling import SampledGroups, default_prompt_count, sample_groups
+from grpo_cli.preflight.sft_steps import SftTiming, time_sft
 from grpo_cli.preflight.validation_time import ValidationTiming, time_validation
-from grpo_cli.preflight.warmup_steps import WarmupTiming, time_warmup
 from grpo_cli.recipe.data_section import DataSection
 from grpo_cli.recipe.schema import GRPOSection, Recipe
 
@@ -36,7 +36,7 @@ class Preflight:
     eta_worst_s: float  # every completion at the budget
     advice: list[Advice]
     seconds: float
-    warmup: WarmupTiming | None = None  # the warm-up's timed steps, when the recipe has one
+    sft: SftTiming | None = None  # the SFT stage's timed steps, when the recipe has one
     validation: ValidationTiming | None = None  # one timed batch of validation, when the recipe validates
     constants: ConstantPolicies | None = None  # the most common reference answers as constant completions
     audit: Audit | None = None  # what the rewards pay known-good and known-bad replies (grpo audit), set by the command
@@ -85,7 +85,7 @@ def run_preflight(
         work = Path(tmp)
         training = recipe.training.model_copy(update={"output_dir": str(work / "run"), "report_to": ["none"]})
         isolated = recipe.model_copy(update={"training": training})
-        warmup = time_warmup(isolated, work, steps, show) if recipe.warmup is not None else None
+        sft = time_sft(isolated, work, steps, show) if recipe.sft is not None else None
         count = prompts or default_prompt_count(recipe.grpo.num_generations)
         groups = sample_groups(isolated, count, show)  # from the model as it starts
         show("scoring constant answers with the verifier rewards", new_phase=True)
@@ -131,7 +131,7 @@ def run_preflight(
         total_steps * worst_step,
         advice,
         time.perf_counter() - started,
-        warmup,
+        sft,
         validation,
         constants,
     )

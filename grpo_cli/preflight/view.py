@@ -8,7 +8,7 @@ from rich.markup import escape
 
 from grpo_cli.audit.view import audit_json, finding_lines
 from grpo_cli.plan.memory import GIB
-from grpo_cli.plan.view import override_args, warmup_lines
+from grpo_cli.plan.view import override_args, sft_lines
 from grpo_cli.preflight.run import Preflight
 
 
@@ -58,7 +58,7 @@ def preflight_json(result: Preflight) -> dict[str, Any]:
         "tools": s.tools,
         "advice": [{"reason": a.reason, "overrides": override_args(a.changes)} for a in result.advice],
         "seconds": round(result.seconds, 1),
-        "warmup": _warmup_json(result),
+        "sft": _sft_json(result),
         "constant_policies": _constants_json(result),
         "validation": None
         if result.validation is None
@@ -101,8 +101,8 @@ def constants_line(result: Preflight) -> str | None:
     )
 
 
-def _warmup_json(result: Preflight) -> dict[str, Any] | None:
-    w = result.warmup
+def _sft_json(result: Preflight) -> dict[str, Any] | None:
+    w = result.sft
     if w is None:
         return None
     return {
@@ -111,7 +111,7 @@ def _warmup_json(result: Preflight) -> dict[str, Any] | None:
         "step_s": round(w.step_s, 3),
         "eta_s": round(w.eta_s, 3),
         "note": w.note,
-        "planned_peak_gib": round(result.verdict.warmup_peak / GIB, 4),
+        "planned_peak_gib": round(result.verdict.sft_peak / GIB, 4),
     }
 
 
@@ -150,14 +150,14 @@ def print_preflight(console, result: Preflight, command: str) -> None:
         f"     {result.total_steps} steps: about {_duration(result.eta_s)} at the sampled lengths, "
         f"at most {_duration(result.eta_worst_s)}"
     )
-    if result.warmup is not None:
-        w = result.warmup
+    if result.sft is not None:
+        w = result.sft
         console.print(
-            f"     warm-up before them: {w.examples} examples, {w.total_steps} steps of {w.step_s:.1f} s, about "
+            f"     SFT before them: {w.examples} examples, {w.total_steps} steps of {w.step_s:.1f} s, about "
             f"{_duration(w.eta_s)}" + (f" ({w.note})" if w.note else ""),
             soft_wrap=True,
         )
-        for line in warmup_lines(result.verdict):
+        for line in sft_lines(result.verdict):
             console.print(f"     {line}", soft_wrap=True, highlight=False)
     if result.validation is not None:
         v = result.validation

@@ -9,8 +9,8 @@ from grpo_cli.recipe.model_section import QuantizationSection
 from grpo_cli.recipe.precision import BY_WEIGHTS
 from grpo_cli.recipe.reward_model_checks import reward_entry_problems
 from grpo_cli.recipe.schema import GRPOSection, Recipe, generation_batch
+from grpo_cli.recipe.sft_checks import sft_problems
 from grpo_cli.recipe.validation_section import ValidationSection
-from grpo_cli.recipe.warmup_checks import warmup_problems
 from grpo_cli.recipe.yaml_source import KeyPath
 
 
@@ -71,7 +71,7 @@ def cross_field_problems(recipe: Recipe) -> list[tuple[KeyPath, str]]:
     )
     out += _distributed_problems(recipe.distributed, grpo, recipe.quantization)
     out += _tool_use_problems(uses_tools, recipe.data, recipe.eval)
-    out += warmup_problems(recipe.warmup, recipe.data, recipe.rewards, uses_tools, processes)
+    out += sft_problems(recipe.sft, recipe.data, recipe.rewards, uses_tools, processes)
     out += reward_entry_problems(recipe.rewards, recipe.data, recipe.distributed)
     out += _validation_problems(recipe.validation, uses_tools, processes)
     return out

@@ -2,7 +2,7 @@
 download), and a train split and a test split that share no problem. A task answers either in words, for the string
 verifiers (`normalized_match`, `exact_match`; `data.answer_format: plain`), or as GSM8K does, a worked solution whose
 arithmetic is annotated `<<expression=result>>` and ends in `#### <number>` (`data.answer_format: gsm8k`): the
-numeric rewards score it and a warm-up turns the annotations into calculator calls (tools/traces.py). (`generated`
+numeric rewards score it and an SFT stage turns the annotations into calculator calls (tools/traces.py). (`generated`
 alone is the GSM8K-format word problems of data.py.)
 
 Each problem is drawn from a fixed space; a problem's own hash puts it in one split for good, so the held-out

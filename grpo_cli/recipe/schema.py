@@ -15,9 +15,9 @@ from grpo_cli.recipe.health_section import HealthSection
 from grpo_cli.recipe.machine import DistributedSection, HardwareSection
 from grpo_cli.recipe.model_section import LoraSection, ModelSection, QuantizationSection
 from grpo_cli.recipe.section import Section
+from grpo_cli.recipe.sft_section import SftSection
 from grpo_cli.recipe.user_code import EnvironmentSpec, RewardSpec, ToolSpec
 from grpo_cli.recipe.validation_section import ValidationSection
-from grpo_cli.recipe.warmup_section import WarmupSection
 
 LossType = Literal["grpo", "bnpo", "dr_grpo", "dapo", "cispo", "sapo", "luspo", "vespo"]
 Optimizer = Literal[
@@ -136,7 +136,7 @@ class Recipe(Section):
         description="A class whose reset(**row) starts each rollout "
         "and whose public methods are tools (TRL's environment_factory).",
     )
-    warmup: WarmupSection | None = Field(None, description="Supervised fine-tuning before GRPO (TRL's SFTTrainer).")
+    sft: SftSection | None = Field(None, description="Supervised fine-tuning before GRPO (TRL's SFTTrainer).")
     grpo: GRPOSection = Field(default_factory=GRPOSection)
     training: TrainingSection = Field(default_factory=TrainingSection)
     eval: EvalSection = Field(default_factory=EvalSection)

@@ -1,4 +1,4 @@
-"""The training settings every TRL stage shares (GRPOConfig and the warm-up's SFTConfig are both transformers
+"""The training settings every TRL stage shares (GRPOConfig and the SFT stage's SFTConfig are both transformers
 TrainingArguments): one mapping from the model and training sections, so the two stages cannot drift apart."""
 
 from __future__ import annotations

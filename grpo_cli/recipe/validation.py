@@ -13,10 +13,11 @@ from pydantic import BaseModel, ValidationError
 from grpo_cli.errors import Problem, UserError
 from grpo_cli.recipe.checks import path_problems, reward_problems, trl_problems
 from grpo_cli.recipe.cross_field import cross_field_problems
+from grpo_cli.recipe.renamed_keys import move_renamed, renamed_overrides
 from grpo_cli.recipe.reward_model_checks import reward_model_problems
 from grpo_cli.recipe.schema import Recipe
+from grpo_cli.recipe.sft_checks import adapter_problems, sft_file_problems
 from grpo_cli.recipe.tool_checks import tool_problems
-from grpo_cli.recipe.warmup_checks import adapter_problems, warmup_file_problems
 from grpo_cli.recipe.yaml_source import (
     COMMAND_LINE,
     KeyPath,
@@ -56,7 +57,8 @@ def load_recipe(
     else:
         file = Path(file)
         data, lines = read_yaml(file)
-    written = apply_overrides(data, list(overrides or [])) | apply_options(data, options or {})
+        move_renamed(data, lines, str(file))
+    written = apply_overrides(data, renamed_overrides(list(overrides or []))) | apply_options(data, options or {})
 
     def problem(path: KeyPath, message: str) -> Problem:
         # An error on an override's key, or inside a section only an override named (not in the file: a required
@@ -92,8 +94,8 @@ def load_recipe(
     found += cross_field_problems(recipe)
     if scores:  # offline: config.json, not weights
         found += reward_model_problems(recipe.rewards, recipe.data, recipe.grpo)
-    if "data" in reads:  # the files training reads first: examples for the warm-up, the adapter to start from
-        found += warmup_file_problems(recipe.warmup) + adapter_problems(recipe.model, recipe.lora)
+    if "data" in reads:  # the files training reads first: examples for the SFT stage, the adapter to start from
+        found += sft_file_problems(recipe.sft) + adapter_problems(recipe.model, recipe.lora)
     if "trl" in reads and recipe.trl and not found:
         found += trl_problems(recipe)
     if found:

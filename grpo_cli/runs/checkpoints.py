@@ -17,8 +17,8 @@ from grpo_cli.runs.layout import (
     RECIPE_FILE,
     SAMPLES_FILE,
     TRAINER_STATE_FILE,
-    WARMUP_DIR,
     checkpoints,
+    sft_dir,
 )
 from grpo_cli.runs.saved_recipe import (
     as_written,
@@ -90,18 +90,18 @@ def prepare_run_dir(recipe: Recipe, resume: bool) -> RunStart:
         )
     checkpoint, notes = newest_complete(run_dir) if run_dir.is_dir() else (None, [])
     finished = (run_dir / FINAL_DIR).is_dir()
-    warmed = checkpoint is None and not finished and warmup_resumable(run_dir)
-    if checkpoint is not None or finished or warmed:
+    sft_started = checkpoint is None and not finished and sft_resumable(run_dir)
+    if checkpoint is not None or finished or sft_started:
         if not resume:
             what = checkpoint.name if checkpoint is not None else f"a finished model in {FINAL_DIR}/"
-            what = f"a warm-up in {WARMUP_DIR}/" if warmed else what
+            what = f"an SFT stage in {sft_dir(run_dir).name}/" if sft_started else what
             raise UserError(
                 f"{run_dir} already holds a run ({what}); continue it with --resume, or choose another "
                 "directory (training.output_dir=runs/new_name or name=new_name)",
                 path="training.output_dir",
             )
         refuse_shape_change(resolved, run_dir)
-        if warmed:  # GRPO has no whole checkpoint: the warm-up continues (or is done), GRPO starts from step 0
+        if sft_started:  # GRPO has no whole checkpoint: the SFT stage continues (or is done), GRPO starts from step 0
             _remove(_grpo_leftovers(run_dir))
             write_resolved(resolved, run_dir / RECIPE_FILE)
             return RunStart(None, notes)
@@ -116,8 +116,8 @@ def prepare_run_dir(recipe: Recipe, resume: bool) -> RunStart:
     if run_dir.is_dir() and any(run_dir.iterdir()):
         # An earlier attempt stopped before its first whole checkpoint: nothing in it can be resumed.
         _refuse_losing_another_run(resolved, run_dir, notes)
-        # without --resume an unfinished warm-up (its sampled examples, no whole checkpoint) starts again too
-        _remove(_grpo_leftovers(run_dir) + ([] if resume else [run_dir / WARMUP_DIR]))
+        # without --resume an unfinished SFT (its sampled examples, no whole checkpoint) starts again too
+        _remove(_grpo_leftovers(run_dir) + ([] if resume else [sft_dir(run_dir)]))
         notes.append(f"{run_dir} holds no whole checkpoint from an earlier attempt: starting from step 0")
     elif resume:
         notes.append(f"nothing to resume in {run_dir}: starting from step 0")
@@ -140,10 +140,10 @@ def _remove(paths: list[Path]) -> None:
         shutil.rmtree(path) if path.is_dir() else path.unlink(missing_ok=True)
 
 
-def warmup_resumable(run_dir: Path) -> bool:
-    """A warm-up (`warmup:`) that finished or saved a whole checkpoint: a run to continue, not to start again."""
-    warmup = run_dir / WARMUP_DIR
-    return warmup.is_dir() and ((warmup / FINAL_DIR).is_dir() or newest_complete(warmup)[0] is not None)
+def sft_resumable(run_dir: Path) -> bool:
+    """An SFT stage (`sft:`) that finished or saved a whole checkpoint: a run to continue, not to start again."""
+    sft = sft_dir(run_dir)
+    return sft.is_dir() and ((sft / FINAL_DIR).is_dir() or newest_complete(sft)[0] is not None)
 
 
 def _refuse_losing_another_run(resolved: dict, run_dir: Path, skipped: list[str]) -> None:

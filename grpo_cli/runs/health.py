@@ -61,7 +61,7 @@ class HealthWatch:
         elif "loss" in record or "reward" in record:
             self.steps.append(record)
             checks = tuple(CHECKS)
-        else:  # a warm-up's or an evaluation's row
+        else:  # an SFT stage's or an evaluation's row
             return []
         step = int(record.get("step") or len(self.steps))
         started = []

@@ -90,7 +90,7 @@ SIGNATURES = {
             "tools_vanished",
             "tools",
             "the model stopped calling its tools",
-            "a reward pays answers without calls as well: reward the call, or warm up on traces",
+            "a reward pays answers without calls as well: reward the call, or run SFT on traces",
         ),
         Signature(
             "tools_failing",

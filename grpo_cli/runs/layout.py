@@ -21,11 +21,12 @@ RANK_RECIPE_FILE = "launch_recipe.yaml"  # the resolved recipe (file + overrides
 TRL_LOGS_DIR = "runs"  # TRL's TensorBoard logs, when training.report_to names it
 TRAINER_STATE_FILE = "trainer_state.json"  # the Trainer's, in each checkpoint: `grpo report` reads a plain TRL run's
 CHECKPOINT = re.compile(r"^checkpoint-(\d+)$")
-# The warm-up before GRPO (`warmup:`): a run directory of its own inside the run (RECIPE_FILE, METRICS_FILE,
-# checkpoints, FINAL_DIR), so `grpo eval run RUN/warmup` and `grpo report RUN/warmup` read it like any run.
-WARMUP_DIR = "warmup"
-WARMUP_EXAMPLES_FILE = "examples.jsonl"  # the examples it trains on, as the trainer reads them
-WARMUP_SOURCE_FILE = "source.json"  # where they came from and how many: rows, prompts, samples, kept
+# The SFT stage before GRPO (`sft:`): a run directory of its own inside the run (RECIPE_FILE, METRICS_FILE,
+# checkpoints, FINAL_DIR), so `grpo eval run RUN/sft` and `grpo report RUN/sft` read it like any run.
+SFT_DIR = "sft"
+OLD_SFT_DIR = "warmup"  # its name before 0.2.0: a run trained then resumes, reports and evaluates as before
+SFT_EXAMPLES_FILE = "examples.jsonl"  # the examples it trains on, as the trainer reads them
+SFT_SOURCE_FILE = "source.json"  # where they came from and how many: rows, prompts, samples, kept
 
 # An evaluation folder (`grpo eval`), and the folder that compares two of them.
 PREDICTIONS_FILE = "predictions.jsonl"
@@ -47,8 +48,15 @@ OWN_NAMES = {
     TRL_LOGS_DIR,
     ACCELERATE_CONFIG_FILE,
     RANK_RECIPE_FILE,
-    WARMUP_DIR,
+    SFT_DIR,
+    OLD_SFT_DIR,
 }
+
+
+def sft_dir(run_dir: Path) -> Path:
+    """The run's SFT stage folder: RUN/sft/, or RUN/warmup/ in a run that stage wrote before it was renamed."""
+    old = run_dir / OLD_SFT_DIR
+    return old if old.is_dir() and not (run_dir / SFT_DIR).is_dir() else run_dir / SFT_DIR
 
 
 def checkpoints(run_dir: Path) -> list[Path]:

@@ -15,19 +15,21 @@ from grpo_cli.recipe.data_section import DataSection
 from grpo_cli.recipe.health_section import HealthSection
 from grpo_cli.recipe.model_section import LoraSection, QuantizationSection
 from grpo_cli.recipe.schema import Recipe
+from grpo_cli.recipe.sft_section import SftSection
 from grpo_cli.recipe.user_code import RewardSpec
-from grpo_cli.recipe.warmup_section import WarmupSection
 from grpo_cli.runs.layout import (
     CARD_FILE,
     COMPARISON_FILE,
     EVAL_DIR,
     FINAL_DIR,
     METRICS_FILE,
+    OLD_SFT_DIR,
     RECIPE_FILE,
+    SFT_DIR,
+    SFT_SOURCE_FILE,
     SUMMARY_FILE,
-    WARMUP_DIR,
-    WARMUP_SOURCE_FILE,
     headline_keys,
+    sft_dir,
 )
 from grpo_cli.runs.validation_curve import best_line, training_rows
 
@@ -39,7 +41,7 @@ def write_model_card(run_dir: Path, recipe: Recipe) -> Path:
     metrics = training_rows(logged)
     method = _method(recipe.lora, recipe.quantization)
     model, grpo, training = recipe.model, recipe.grpo, recipe.training
-    warmup = [] if recipe.warmup is None else [f"| warm-up | {_warmup(run_dir, recipe.warmup, recipe.method)} |"]
+    sft = [] if recipe.sft is None else [f"| SFT | {_sft(run_dir, recipe.sft, recipe.method)} |"]
     lines = [
         "---",
         f"base_model: {model.name}",
@@ -58,7 +60,7 @@ def write_model_card(run_dir: Path, recipe: Recipe) -> Path:
         f"| base model | `{model.name}` ({model.dtype}) |",
         f"| method | {method} |",
         f"| dataset | {_dataset(recipe.data)} |",
-        *warmup,
+        *sft,
         f"| system prompt | {_cell(recipe.data.system_prompt or '(none)')} |",
         f"| rewards (weight) | {', '.join(_reward(spec) for spec in recipe.rewards)} |",
         f"| loss type | {grpo.loss_type}, beta {grpo.beta:g} |",
@@ -99,10 +101,10 @@ def _health(logged: list[dict], settings: HealthSection, rewards: list[RewardSpe
 def _summary(run_dir: Path, method: str, model_name: str, loss_type: str, metrics: list[dict]) -> str:
     finished = "finished" if (run_dir / FINAL_DIR).is_dir() else "not finished"
     steps = metrics[-1]["step"] if metrics else 0
-    if not _is_warmup(run_dir):
+    if not _is_sft(run_dir):
         return f"{method} of `{model_name}` with GRPO ({loss_type} loss), {finished} after {steps} steps."
     return (
-        f"{method} of `{model_name}`: the supervised warm-up before GRPO, {finished} after {steps} steps; GRPO "
+        f"{method} of `{model_name}`: supervised fine-tuning (SFT) before GRPO, {finished} after {steps} steps; GRPO "
         f"continues from it in `{run_dir.parent}`."
     )
 
@@ -153,21 +155,21 @@ def _dataset(data: DataSection) -> str:
     return ", ".join(parts) + f"; answers marked with {'`####`' if data.answer_marker == 'hashes' else '`<answer>`'}"
 
 
-def _is_warmup(run_dir: Path) -> bool:
-    return run_dir.name == WARMUP_DIR and (run_dir / WARMUP_SOURCE_FILE).is_file()
+def _is_sft(run_dir: Path) -> bool:
+    return run_dir.name in (SFT_DIR, OLD_SFT_DIR) and (run_dir / SFT_SOURCE_FILE).is_file()
 
 
-def _warmup(run_dir: Path, warm: WarmupSection, method: str) -> str:
-    """What the warm-up trained on and how, from RUN/warmup/source.json (train/warmup.py writes it); `method`:
-    full, lora or qlora (the warm-up's learning rate depends on it)."""
-    folder = run_dir if _is_warmup(run_dir) else run_dir / WARMUP_DIR
+def _sft(run_dir: Path, section: SftSection, method: str) -> str:
+    """What the SFT stage trained on and how, from RUN/sft/source.json (train/sft.py writes it); `method`:
+    full, lora or qlora (the SFT stage's learning rate depends on it)."""
+    folder = run_dir if _is_sft(run_dir) else sft_dir(run_dir)
     try:
-        source = json.loads((folder / WARMUP_SOURCE_FILE).read_text(encoding="utf-8"))
+        source = json.loads((folder / SFT_SOURCE_FILE).read_text(encoding="utf-8"))
     except (OSError, ValueError):
         source = {}
     return (
-        f"{source.get('examples', '?')} examples from `{source.get('source', warm.source)}`, supervised (TRL's "
-        f"SFTTrainer, loss on the completion), learning rate {warm.learning_rate_for(method):g}; GRPO "
+        f"{source.get('examples', '?')} examples from `{source.get('source', section.source)}`, supervised (TRL's "
+        f"SFTTrainer, loss on the completion), learning rate {section.learning_rate_for(method):g}; GRPO "
         "starts from its weights"
     )
 

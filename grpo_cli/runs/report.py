@@ -9,7 +9,7 @@ from pathlib import Path
 from grpo_cli.errors import UserError
 from grpo_cli.files import check_writable_file, read_jsonl
 from grpo_cli.runs.health import Alarm
-from grpo_cli.runs.layout import METRICS_FILE, REPORT_FILE, WARMUP_DIR, reward_keys
+from grpo_cli.runs.layout import METRICS_FILE, REPORT_FILE, reward_keys, sft_dir
 from grpo_cli.runs.run_health import is_trl_run, run_alarms, trainer_state_rows
 from grpo_cli.runs.validation_curve import PREFIX, accuracy_keys, shortcut_points
 
@@ -64,24 +64,24 @@ def plot_run(run_dir: Path, output: Path | None = None, warn=None) -> Path:
 
 
 def report_run(run_dir: Path, output: Path | None = None, warn=None) -> tuple[Path, list[Alarm] | None]:
-    """Write the PNG (the warm-up's loss when the run had one; reward total and per reward; KL when beta > 0;
+    """Write the PNG (the SFT stage's loss when the run had one; reward total and per reward; KL when beta > 0;
     completion length; tool calls when the run has tools) and return its path with the run's health alarms (None
     when it logged no GRPO step yet). A value that is not a number is left out of its curve, with a warning."""
-    warmup = _warmup_losses(run_dir)
-    if warmup and not is_trl_run(run_dir) and not read_jsonl(run_dir / METRICS_FILE, required=("step",)).rows:
-        rows, alarms = [], None  # stopped in its warm-up, before GRPO logged a step: the warm-up's loss is all
+    sft = _sft_losses(run_dir)
+    if sft and not is_trl_run(run_dir) and not read_jsonl(run_dir / METRICS_FILE, required=("step",)).rows:
+        rows, alarms = [], None  # stopped in its SFT, before GRPO logged a step: the SFT stage's loss is all
         if warn:
-            warn(f"{run_dir} has logged no GRPO step yet: drawing its warm-up's loss")
+            warn(f"{run_dir} has logged no GRPO step yet: drawing its SFT's loss")
     else:
         rows = read_metrics(run_dir, warn)
         alarms = run_alarms(run_dir, rows)
     output = output or run_dir / REPORT_FILE
     check_writable_file(output, force=True)  # the report is ours to redraw; a missing folder is the user's to fix
-    _draw(run_dir, rows, warmup, alarms or [], output, warn)
+    _draw(run_dir, rows, sft, alarms or [], output, warn)
     return output, alarms
 
 
-def _draw(run_dir: Path, rows: list[dict], warmup: list, alarms: list[Alarm], output: Path, warn) -> None:
+def _draw(run_dir: Path, rows: list[dict], sft: list, alarms: list[Alarm], output: Path, warn) -> None:
     import matplotlib
 
     matplotlib.use("Agg")  # files only; never needs a display
@@ -89,14 +89,14 @@ def _draw(run_dir: Path, rows: list[dict], warmup: list, alarms: list[Alarm], ou
 
     steps = [r["step"] for r in rows]
     panels = panels_for(rows) if rows else []
-    extra = 1 if warmup else 0
+    extra = 1 if sft else 0
     not_numbers: set[str] = set()
 
     fig, axes = plt.subplots(len(panels) + extra, 1, figsize=(8, 3 * (len(panels) + extra)), squeeze=False)
-    if warmup:  # the supervised stage GRPO started from: its own steps, so its own axis
-        axes[0, 0].plot(*zip(*warmup), linewidth=2.0)
-        axes[0, 0].set_title("warm-up (supervised) loss")
-        axes[0, 0].set_xlabel("warm-up step")
+    if sft:  # the supervised stage GRPO started from: its own steps, so its own axis
+        axes[0, 0].plot(*zip(*sft), linewidth=2.0)
+        axes[0, 0].set_title("SFT (supervised) loss")
+        axes[0, 0].set_xlabel("SFT step")
         axes[0, 0].grid(alpha=0.3)
     for ax, (title, keys) in zip(axes[extra:, 0], panels):
         for key in keys:
@@ -115,7 +115,7 @@ def _draw(run_dir: Path, rows: list[dict], warmup: list, alarms: list[Alarm], ou
         if len(keys) > 1:
             ax.legend(fontsize="small")
     if panels:
-        axes[-1, 0].set_xlabel("GRPO step" if warmup else "step")
+        axes[-1, 0].set_xlabel("GRPO step" if sft else "step")
     if not_numbers and warn:
         warn(f"left out values that are not numbers in {run_dir / METRICS_FILE} ({', '.join(sorted(not_numbers))})")
     fig.suptitle(run_dir.name)
@@ -154,9 +154,9 @@ def _line_style(key: str) -> dict:
     return {"label": label, "linewidth": 2.0 if key == "reward" else 1.2}
 
 
-def _warmup_losses(run_dir: Path) -> list[tuple[int, float]]:
-    """(step, loss) of the run's warm-up stage, when it had one (RUN/warmup/metrics.jsonl); empty otherwise."""
-    path = run_dir / WARMUP_DIR / METRICS_FILE
+def _sft_losses(run_dir: Path) -> list[tuple[int, float]]:
+    """(step, loss) of the run's SFT stage, when it had one (RUN/sft/metrics.jsonl); empty otherwise."""
+    path = sft_dir(run_dir) / METRICS_FILE
     if not path.exists():
         return []
     rows = read_jsonl(path, required=("step",)).rows

@@ -9,6 +9,7 @@ from pathlib import Path
 import yaml
 
 from grpo_cli.errors import UserError
+from grpo_cli.recipe.renamed_keys import move_renamed
 from grpo_cli.recipe.schema import Recipe
 from grpo_cli.runs.layout import (
     RECIPE_CHANGES_FILE,
@@ -17,7 +18,7 @@ from grpo_cli.runs.layout import (
 )
 
 # Resuming restores weights and optimizer states shaped by these: a checkpoint cannot follow a change to them.
-SHAPE_KEYS = ("model.name", "lora", "lora.r", "lora.target_modules", "quantization", "quantization.bits", "warmup")
+SHAPE_KEYS = ("model.name", "lora", "lora.r", "lora.target_modules", "quantization", "quantization.bits", "sft")
 
 
 def saved_recipe(run_dir: Path) -> dict | None:
@@ -30,6 +31,8 @@ def saved_recipe(run_dir: Path) -> dict | None:
     except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
         saved, mark = "", getattr(exc, "problem_mark", None)
         reason = f"does not parse{f' (line {mark.line + 1})' if mark else ''}: {getattr(exc, 'problem', exc)}"
+    if isinstance(saved, dict):
+        move_renamed(saved, {}, str(saved_file), notify=False)  # written before a key was renamed
     if saved is None or isinstance(saved, dict):
         return saved
     raise UserError(

@@ -1,5 +1,5 @@
 """Worked solutions as calculator traces: the chat a model would have written had it called the calculator at every
-annotated step, so a supervised warm-up can teach the call format before GRPO rewards using it.
+annotated step, so SFT can teach the call format before GRPO rewards using it.
 
 GSM8K's reference solutions annotate each arithmetic step as `<<expression=result>>`, just before the result is
 written out in the text: `Natalia sold 48/2 = <<48/2=24>>24 clips in May.` A solution with N annotations becomes

@@ -74,16 +74,16 @@ def train(
     from grpo_cli.train.callbacks import InterruptCallback
     from grpo_cli.train.distributed import process_rank
     from grpo_cli.train.health_callback import halted_line
+    from grpo_cli.train.sft import SftOutcome, early_examples, run_sft
     from grpo_cli.train.stage import stage_display
     from grpo_cli.train.start_weights import named_adapter
-    from grpo_cli.train.warmup import WarmupOutcome, early_examples, run_warmup
 
     # Under `accelerate launch` every rank runs this; only rank 0 talks, and the launcher made the run directory.
     console = console or Console(stderr=True, quiet=process_rank() != 0)
     check_runtime(recipe)
-    early = early_examples(recipe, resume)  # a bad warm-up source is refused before anything is written
+    early = early_examples(recipe, resume)  # a bad SFT source is refused before anything is written
     if early is not None and validate is not None and recipe.validation is not None:
-        _warn_warmup_asks_validation(early, validate, console)
+        _warn_sft_asks_validation(early, validate, console)
     checkpoint = _start(recipe, resume, console)
     run_dir = recipe.output_dir
     # soft_wrap: each warning stays one line in a log file (the terminal still wraps it for the eye).
@@ -98,13 +98,13 @@ def train(
     )
     for line in [*ram_warning(recipe), *audit]:
         console.print(line, style="yellow", highlight=False, soft_wrap=True)
-    # What GRPO starts from: the warm-up's weights (trained now unless finished earlier), else the adapter
+    # What GRPO starts from: the SFT stage's weights (trained now unless finished earlier), else the adapter
     # lora.adapter names, else the recipe's model as it is (final_dir None).
-    if recipe.warmup is not None:
-        start = run_warmup(recipe, console, resume, early)
+    if recipe.sft is not None:
+        start = run_sft(recipe, console, resume, early)
     else:
-        start = WarmupOutcome(named_adapter(recipe.model.name, recipe.lora), False)
-    if start.interrupted:  # in the warm-up: its checkpoint holds the finished steps
+        start = SftOutcome(named_adapter(recipe.model.name, recipe.lora), False)
+    if start.interrupted:  # in the SFT stage: its checkpoint holds the finished steps
         return TrainResult(run_dir, 0, True, None, [])
     interrupt = InterruptCallback()
     trainer, prepared = build_trainer(
@@ -173,18 +173,18 @@ def _watch(trainer, display, log_completions: int, recorder, health: HealthCallb
     return metrics
 
 
-def _warn_warmup_asks_validation(examples, validate: Validation, console: Console) -> None:
-    """Validation while training measures memory on problems the warm-up taught (GRPO's own overlap is warned of
+def _warn_sft_asks_validation(examples, validate: Validation, console: Console) -> None:
+    """Validation while training measures memory on problems the SFT stage taught (GRPO's own overlap is warned of
     where the validation is built)."""
-    from grpo_cli.train.warmup_example_checks import validation_questions_in
+    from grpo_cli.train.sft_example_checks import validation_questions_in
 
     questions = validate.questions
     asked = validation_questions_in(examples, questions)
     if asked:
         console.print(
-            f"warning: {asked} of the {len(examples.rows)} warm-up examples ask one of the {len(questions)} "
+            f"warning: {asked} of the {len(examples.rows)} SFT examples ask one of the {len(questions)} "
             "validation problems, so validation while training measures memory there; keep those rows out of "
-            "warmup.source",
+            "sft.source",
             style="yellow",
             highlight=False,
             soft_wrap=True,

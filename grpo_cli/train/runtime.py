@@ -47,7 +47,7 @@ def check_vllm(mode: str, cuda: bool) -> None:
     if not cuda:
         from grpo_cli.libraries import seams
 
-        seams.check_weight_sync()  # vLLM's private names for the weight sync, before the warm-up or any weight loads
+        seams.check_weight_sync()  # vLLM's private names for the weight sync, before the SFT stage or any weight loads
 
 
 def check_runtime(recipe: Recipe) -> None:
@@ -76,7 +76,7 @@ def check_runtime(recipe: Recipe) -> None:
         architectures.check_context(recipe.data, recipe.grpo, arch)
     from grpo_cli.libraries import seams
 
-    seams.check_trl()  # TRL's private names, before the warm-up or any weight loads
+    seams.check_trl()  # TRL's private names, before the SFT stage or any weight loads
 
 
 def check_trackers(names: list[str]) -> None:

@@ -1,4 +1,4 @@
-"""One training stage under the console, the warm-up's SFTTrainer and GRPO's trainer alike: the progress display,
+"""One training stage under the console, the SFT stage's SFTTrainer and GRPO's trainer alike: the progress display,
 Ctrl-C (stop after the step that is running, a checkpoint saved), resuming from a checkpoint, the closing hint, and
 the one rule both save their finished model by."""
 
@@ -34,7 +34,7 @@ def train_stage(trainer, display, interrupt, checkpoint: Path | None) -> None:
 def restore_trained_adapter(model, checkpoint: Path) -> None:
     """Load the checkpoint's trained adapter into `model` before a resumed stage trains.
 
-    With beta > 0 and a model that already has an adapter (a warm-up's, a start_weights one), TRL keeps a frozen copy
+    With beta > 0 and a model that already has an adapter (an SFT stage's, a start_weights one), TRL keeps a frozen copy
     named `ref`, saved in a sub-folder of every checkpoint. transformers' Trainer (5.x) then resumes a PEFT model from
     the sub-folders alone and never reads the trained adapter at the checkpoint's root: the policy restarted from its
     first weights while the optimizer and the step count resumed (a run's KL fell to 0 at every resume)."""

@@ -1,4 +1,4 @@
-"""Training that starts from weights trained before: the warm-up's adapter or model, or the PEFT adapter that
+"""Training that starts from weights trained before: the SFT stage's adapter or model, or the PEFT adapter that
 `lora.adapter` names. Every tensor it holds must land in the model, with its shape: an adapter for another model or
 another LoRA shape is refused in one line, before any step."""
 
@@ -8,7 +8,7 @@ from pathlib import Path
 
 from grpo_cli.errors import UserError
 from grpo_cli.recipe.model_section import LoraSection
-from grpo_cli.recipe.warmup_checks import adapter_mismatch
+from grpo_cli.recipe.sft_checks import adapter_mismatch
 
 ADAPTER_KEY = "lora.adapter"
 

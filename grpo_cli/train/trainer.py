@@ -23,7 +23,7 @@ def build_trainer(
 ):
     """The single, explicit mapping of a validated recipe onto TRL's GRPOTrainer. `tokenizer`: one the caller
     loaded already, since a second copy stays resident beside the first (benchmarks/cpu_memory.txt); `warn`: where
-    an environment's warnings go; `start_weights`: the adapter (or model) GRPO starts from, the warm-up's or
+    an environment's warnings go; `start_weights`: the adapter (or model) GRPO starts from, the SFT stage's or
     lora.adapter's (start_weights.py)."""
     from transformers import PrinterCallback
     from trl import GRPOConfig
@@ -84,7 +84,7 @@ def build_trainer(
 
 
 def load_policy(recipe: Recipe, precision: Precision):
-    """The policy as training holds it, the warm-up and GRPO alike: its weights in `precision.dtype`, and a LoRA run
+    """The policy as training holds it, the SFT stage and GRPO alike: its weights in `precision.dtype`, and a LoRA run
     under autocast keeps its frozen Linears in the autocast dtype from the start (frozen_weights.py)."""
     from grpo_cli import models
     from grpo_cli.train.frozen_weights import planned_dtype

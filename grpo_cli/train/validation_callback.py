@@ -22,7 +22,7 @@ class Validation(Protocol):
 
     @property
     def questions(self) -> list[Any]:
-        """The slice's questions as written (a warm-up example that asks one is warned about)."""
+        """The slice's questions as written (an SFT example that asks one is warned about)."""
         ...
 
     @property

@@ -1,4 +1,4 @@
-"""Rewards for warm-up tests: a verdict known in advance on a random tiny model's output."""
+"""Rewards for SFT tests: a verdict known in advance on a random tiny model's output."""
 
 
 def even_answer(prompts, completions, answer, **kwargs):

@@ -1,11 +1,11 @@
-"""What a warm-up (`warmup:`) costs on this CPU per 100 examples, and what it buys before any GRPO step.
+"""What an SFT stage (`sft:`) costs on this CPU per 100 examples, and what it buys before any GRPO step.
 
-Runs the warm-up stage of recipes/demo_warmup.yaml alone (SmolLM2-135M-Instruct, LoRA r16, reference solutions of
-generated problems, `#### <number>` format) on N examples, then `grpo eval compare` of the warmed-up adapter against
+Runs the SFT stage stage of recipes/demo_sft.yaml alone (SmolLM2-135M-Instruct, LoRA r16, reference solutions of
+generated problems, `#### <number>` format) on N examples, then `grpo eval compare` of the SFT-trained adapter against
 the base model on the same generated problems: the asked-format rate and strict-match (the number after `####`) are
-what the warm-up is for. Writes benchmarks/warmup_cost.txt with the command, date, machine and load.
+what the SFT stage is for. Writes benchmarks/sft_cost.txt with the command, date, machine and load.
 
-    python benchmarks/warmup_cost.py [--examples 100] [--eval 50] [key=value overrides...]
+    python benchmarks/sft_cost.py [--examples 100] [--eval 50] [key=value overrides...]
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from pathlib import Path
 from rich.console import Console
 
 ROOT = Path(__file__).resolve().parent.parent
-RECIPE = ROOT / "recipes" / "demo_warmup.yaml"
+RECIPE = ROOT / "recipes" / "demo_sft.yaml"
 OUT = Path(__file__).with_suffix(".txt")
 
 
@@ -43,34 +43,34 @@ def load() -> str:
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--examples", type=int, default=100)
-    parser.add_argument("--eval", type=int, default=50, help="generated problems evaluated, base and warmed-up")
+    parser.add_argument("--eval", type=int, default=50, help="generated problems evaluated, base and SFT-trained")
     parser.add_argument("overrides", nargs="*")
     args = parser.parse_args()
 
     from grpo_cli.eval.command import EvalRequest, run_eval
     from grpo_cli.recipe.validation import load_recipe
-    from grpo_cli.train.warmup import early_examples, run_warmup
+    from grpo_cli.train.sft import early_examples, run_sft
 
     lines = [
         f"# python benchmarks/{Path(__file__).name} {' '.join(sys.argv[1:])}".rstrip(),
         f"# {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC, {machine()}, python {platform.python_version()}",
         f"# load average at start (1, 5, 15 min): {load()}",
     ]
-    with tempfile.TemporaryDirectory(prefix="warmup-cost-") as tmp:
-        overrides = [f"warmup.count={args.examples}", f"training.output_dir={tmp}/run", *args.overrides]
+    with tempfile.TemporaryDirectory(prefix="sft-cost-") as tmp:
+        overrides = [f"sft.count={args.examples}", f"training.output_dir={tmp}/run", *args.overrides]
         recipe = load_recipe(RECIPE, overrides)
         console = Console(stderr=True)
         started, cpu_started = time.perf_counter(), time.process_time()
-        outcome = run_warmup(recipe, console, resume=False, early=early_examples(recipe, False))
+        outcome = run_sft(recipe, console, resume=False, early=early_examples(recipe, False))
         wall, cpu = time.perf_counter() - started, time.process_time() - cpu_started
-        folder = recipe.output_dir / "warmup"
+        folder = recipe.output_dir / "sft"
         metrics = [json.loads(line) for line in (folder / "metrics.jsonl").read_text().splitlines()]
         examples = json.loads((folder / "source.json").read_text())["examples"]
         train_s = sum(m["step_time_s"] for m in metrics)
         tokens = metrics[-1].get("num_tokens")
         lines += [
-            f"recipe: recipes/demo_warmup.yaml {' '.join(overrides[:1] + list(args.overrides))}",
-            f"warm-up: {examples} examples, {len(metrics)} steps of {recipe.warmup.per_device_train_batch_size}, "
+            f"recipe: recipes/demo_sft.yaml {' '.join(overrides[:1] + list(args.overrides))}",
+            f"sft: {examples} examples, {len(metrics)} steps of {recipe.sft.per_device_train_batch_size}, "
             f"{tokens:.0f} tokens in all ({tokens / examples:.0f} per example), precision as the recipe resolves here",
             f"training steps: {train_s:.1f} s ({train_s / len(metrics):.2f} s a step); whole stage with model load, "
             f"examples and save: {wall:.1f} s",
@@ -87,7 +87,7 @@ def main() -> None:
         request = EvalRequest(compare_run=folder, options={"eval.limit": args.eval})
         started = time.perf_counter()
         outcome = run_eval(request)
-        lines.append(f"grpo eval compare RUN/warmup --limit {args.eval} ({time.perf_counter() - started:.0f} s):")
+        lines.append(f"grpo eval compare RUN/sft --limit {args.eval} ({time.perf_counter() - started:.0f} s):")
         for result in outcome.results:
             summary = result.summary
             strict = summary["filters"]["strict-match"]
@@ -99,7 +99,7 @@ def main() -> None:
             )
         strict = outcome.comparison["filters"]["strict-match"]
         lines.append(
-            f"  strict-match warmed-up minus base, paired: {100 * strict['difference']:+.1f} pts "
+            f"  strict-match SFT-trained minus base, paired: {100 * strict['difference']:+.1f} pts "
             f"({100 * strict['low']:+.1f} to {100 * strict['high']:+.1f}), fixed {strict['fixed']}, "
             f"broken {strict['broken']}"
         )

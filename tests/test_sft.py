@@ -1,5 +1,5 @@
-"""The warm-up before GRPO (`warmup:`): real TRL SFTTrainer and GRPOTrainer runs on tiny models; GRPO starts from
-exactly the weights the warm-up ended with; the examples come from reference solutions, the model's own verified
+"""The SFT stage before GRPO (`sft:`): real TRL SFTTrainer and GRPOTrainer runs on tiny models; GRPO starts from
+exactly the weights the SFT stage ended with; the examples come from reference solutions, the model's own verified
 samples or a file; bad input is one line with nothing written."""
 
 from __future__ import annotations
@@ -23,11 +23,11 @@ from grpo_cli.train.callbacks import InterruptCallback
 REWARDS = [{"name": f"{ASSETS / 'varied_rewards.py'}:digit_share"}, {"name": "correctness"}]
 LORA = {"r": 4, "alpha": 8, "dropout": 0.0}
 HASHES = {"source": "generated", "limit": 32, "system_prompt": "Answer briefly.", "answer_marker": "hashes"}
-WARMUP = {"source": "reference", "count": 8, "max_steps": 2, "max_length": 128, "learning_rate": 0.01}
+SFT = {"source": "reference", "count": 8, "max_steps": 2, "max_length": 128, "learning_rate": 0.01}
 
 
 def recipe_file(tmp_path: Path, model_dir: Path, **sections) -> Path:
-    sections = {"rewards": REWARDS, "data": HASHES, "warmup": WARMUP, "lora": LORA, **sections}
+    sections = {"rewards": REWARDS, "data": HASHES, "sft": SFT, "lora": LORA, **sections}
     return write_recipe(tmp_path, model_dir, **sections)
 
 
@@ -62,55 +62,55 @@ def watch_first_step(monkeypatch) -> FirstStepWeights:
 
 
 @pytest.mark.slow  # real SFT and GRPO steps
-def test_reference_warmup_then_grpo_trains_the_same_adapter_from_where_it_ended(tmp_path, tiny_llama, monkeypatch):
+def test_reference_sft_then_grpo_trains_the_same_adapter_from_where_it_ended(tmp_path, tiny_llama, monkeypatch):
     seen = watch_first_step(monkeypatch)
     recipe = load_recipe(recipe_file(tmp_path, tiny_llama))
     result = run_module.train(recipe)
-    warm = result.run_dir / "warmup"
+    stage_dir = result.run_dir / "sft"
 
-    warm_metrics = read_jsonl(warm / "metrics.jsonl")
-    assert [m["step"] for m in warm_metrics] == [1, 2] and all(math.isfinite(m["loss"]) for m in warm_metrics)
-    examples = read_jsonl(warm / "examples.jsonl")
-    assert len(examples) == 8 and json.loads((warm / "source.json").read_text())["examples"] == 8
+    sft_metrics = read_jsonl(stage_dir / "metrics.jsonl")
+    assert [m["step"] for m in sft_metrics] == [1, 2] and all(math.isfinite(m["loss"]) for m in sft_metrics)
+    examples = read_jsonl(stage_dir / "examples.jsonl")
+    assert len(examples) == 8 and json.loads((stage_dir / "source.json").read_text())["examples"] == 8
     for example in examples:  # the worked solution without calculator notes, then GSM8K's marker
         text = example["completion"][0]["content"]
         assert "<<" not in text and text.splitlines()[-1].startswith("#### ")
         assert example["prompt"][0] == {"role": "system", "content": "Answer briefly."}
 
-    adapter = load_file(warm / "final" / "adapter_model.safetensors")
-    assert any(v.abs().sum() > 0 for k, v in adapter.items() if "lora_B" in k), "the warm-up moved LoRA B off zero"
+    adapter = load_file(stage_dir / "final" / "adapter_model.safetensors")
+    assert any(v.abs().sum() > 0 for k, v in adapter.items() if "lora_B" in k), "the SFT stage moved LoRA B off zero"
     assert seen.weights, "GRPO ran a step"
     started = {k.replace(".default", ""): v for k, v in seen.weights.items()}
-    assert set(started) == set(adapter), "GRPO trains the warm-up's adapter, no other weights"
+    assert set(started) == set(adapter), "GRPO trains the SFT stage's adapter, no other weights"
     for name, tensor in adapter.items():
         assert torch.equal(started[name], tensor), name
 
     assert not result.interrupted and result.global_step == recipe.training.max_steps
     grpo = load_file(result.final_dir / "adapter_model.safetensors")
     assert set(grpo) == set(adapter) and any(not torch.equal(grpo[k], adapter[k]) for k in adapter)
-    assert (warm / "recipe.yaml").is_file() and (result.run_dir / "checkpoint-2").is_dir()
+    assert (stage_dir / "recipe.yaml").is_file() and (result.run_dir / "checkpoint-2").is_dir()
 
 
 @pytest.mark.slow  # real SFT and GRPO steps
-def test_full_finetune_warmup_is_grpo_start_and_kl_reference(tmp_path, tiny_llama, monkeypatch):
+def test_full_finetune_sft_is_grpo_start_and_kl_reference(tmp_path, tiny_llama, monkeypatch):
     seen = watch_first_step(monkeypatch)
     recipe = load_recipe(recipe_file(tmp_path, tiny_llama, lora=None, grpo={"beta": 0.1, "num_generations": 2}))
     result = run_module.train(recipe)
-    warmed = load_file(result.run_dir / "warmup" / "final" / "model.safetensors")
+    after_sft = load_file(result.run_dir / "sft" / "final" / "model.safetensors")
     base = load_file(tiny_llama / "model.safetensors")
-    assert any(not torch.equal(warmed[k], base[k]) for k in base), "the warm-up changed the model"
-    # GRPO's first step starts from exactly the saved warm-up weights (not from the base it loaded)
-    common = [k for k in warmed if k in (seen.weights or {})]
-    assert len(common) == len(warmed) - ("lm_head.weight" not in seen.weights and "lm_head.weight" in warmed)
+    assert any(not torch.equal(after_sft[k], base[k]) for k in base), "the SFT stage changed the model"
+    # GRPO's first step starts from exactly the saved SFT weights (not from the base it loaded)
+    common = [k for k in after_sft if k in (seen.weights or {})]
+    assert len(common) == len(after_sft) - ("lm_head.weight" not in seen.weights and "lm_head.weight" in after_sft)
     for name in common:
-        assert torch.equal(seen.weights[name], warmed[name]), name
+        assert torch.equal(seen.weights[name], after_sft[name]), name
     kl = [m["kl"] for m in read_jsonl(result.run_dir / "metrics.jsonl")]
-    # step 1 scores before any GRPO update: zero KL means the reference is the warmed-up model GRPO starts from
+    # step 1 scores before any GRPO update: zero KL means the reference is the SFT-trained model GRPO starts from
     assert abs(kl[0]) < 1e-6 and max(kl[1:]) > 1e-6, kl
 
 
 @pytest.mark.slow  # real SFT and GRPO steps
-def test_qlora_warmup_hands_its_adapter_to_grpo(tmp_path, tiny_llama, monkeypatch):
+def test_qlora_sft_hands_its_adapter_to_grpo(tmp_path, tiny_llama, monkeypatch):
     pytest.importorskip("bitsandbytes")
     seen = watch_first_step(monkeypatch)
     model = {"name": str(tiny_llama), "dtype": "float32", "gradient_checkpointing": True}
@@ -118,7 +118,7 @@ def test_qlora_warmup_hands_its_adapter_to_grpo(tmp_path, tiny_llama, monkeypatc
     path = recipe_file(tmp_path, tiny_llama, model=model, quantization=quantization, training={"max_steps": 1})
     result = run_module.train(load_recipe(path))
     assert result.global_step == 1 and result.final_dir is not None
-    adapter = load_file(result.run_dir / "warmup" / "final" / "adapter_model.safetensors")
+    adapter = load_file(result.run_dir / "sft" / "final" / "adapter_model.safetensors")
     started = {k.replace(".default", ""): v for k, v in seen.weights.items()}
     assert set(started) == set(adapter) and any(v.abs().sum() > 0 for k, v in adapter.items() if "lora_B" in k)
     for name, tensor in adapter.items():  # TRL keeps QLoRA adapters in bfloat16 in both stages
@@ -126,26 +126,26 @@ def test_qlora_warmup_hands_its_adapter_to_grpo(tmp_path, tiny_llama, monkeypatc
 
 
 @pytest.mark.slow  # real SFT and GRPO steps
-def test_self_sampled_warmup_keeps_only_what_the_reward_scores_right(tmp_path, tiny_llama):
-    warmup = {
-        **WARMUP,
+def test_self_sampled_sft_keeps_only_what_the_reward_scores_right(tmp_path, tiny_llama):
+    sft = {
+        **SFT,
         "source": "self",
         "samples_per_prompt": 2,
-        "reward": f"{ASSETS / 'warmup_rewards.py'}:even_answer",
+        "reward": f"{ASSETS / 'sft_rewards.py'}:even_answer",
     }
-    rewards = [*REWARDS, {"name": warmup["reward"], "weight": 0.0}]
-    recipe = load_recipe(recipe_file(tmp_path, tiny_llama, warmup=warmup, rewards=rewards, training={"max_steps": 1}))
+    rewards = [*REWARDS, {"name": sft["reward"], "weight": 0.0}]
+    recipe = load_recipe(recipe_file(tmp_path, tiny_llama, sft=sft, rewards=rewards, training={"max_steps": 1}))
     result = CliRunner().invoke(app, ["train", str(recipe._source)])
     assert result.exit_code == 0, result.output
-    warm = recipe.output_dir / "warmup"
-    source = json.loads((warm / "source.json").read_text())
+    stage_dir = recipe.output_dir / "sft"
+    source = json.loads((stage_dir / "source.json").read_text())
     from rewards.gsm8k_task import generate_problems
 
     golds = [int(row["answer"].split("####")[-1]) for row in generate_problems(32, seed=recipe.training.seed)[:8]]
     even = [g for g in golds if g % 2 == 0]
     assert 0 < len(even) < len(golds), "the seed's problems must have both kinds for this test to mean anything"
     assert (source["prompts"], source["samples"], source["kept"]) == (8, 16, len(even))
-    examples = read_jsonl(warm / "examples.jsonl")
+    examples = read_jsonl(stage_dir / "examples.jsonl")
     kept_golds = [int(e["completion"][0]["content"].rsplit("#### ", 1)[1]) for e in examples]
     assert kept_golds == even, "exactly the verified problems, each with the asked marker added"
     assert source["marked"] == len(even)
@@ -153,7 +153,7 @@ def test_self_sampled_warmup_keeps_only_what_the_reward_scores_right(tmp_path, t
 
 
 def stop_during_step_one(monkeypatch, which: int) -> None:
-    """The `which`-th InterruptCallback of a process (0: the warm-up's, 1: GRPO's) acts as if Ctrl-C came during
+    """The `which`-th InterruptCallback of a process (0: the SFT stage's, 1: GRPO's) acts as if Ctrl-C came during
     step 1: the step finishes, a checkpoint is saved, training stops."""
     created = []
     original = InterruptCallback.__init__
@@ -173,34 +173,34 @@ def test_resume_continues_whichever_stage_was_interrupted(tmp_path, tiny_llama, 
     stopped = CliRunner().invoke(app, ["train", str(path)])
     assert stopped.exit_code == 130, stopped.output
     run_dir = tmp_path / "run"
-    assert (run_dir / "warmup" / "checkpoint-1").is_dir() and not (run_dir / "warmup" / "final").exists()
+    assert (run_dir / "sft" / "checkpoint-1").is_dir() and not (run_dir / "sft" / "final").exists()
 
     again = CliRunner().invoke(app, ["train", str(path)])
-    fails_cleanly(again, "a warm-up in warmup/", "--resume")
+    fails_cleanly(again, "an SFT stage in sft/", "--resume")
 
     monkeypatch.undo()
     stop_during_step_one(monkeypatch, which=1)
     resumed = CliRunner().invoke(app, ["train", str(path), "--resume"])
     assert resumed.exit_code == 130, resumed.output
-    assert "warm-up: resuming from checkpoint-1" in resumed.output
-    assert [m["step"] for m in read_jsonl(run_dir / "warmup" / "metrics.jsonl")] == [1, 2]
-    assert (run_dir / "warmup" / "final").is_dir() and (run_dir / "checkpoint-1").is_dir()
+    assert "sft: resuming from checkpoint-1" in resumed.output
+    assert [m["step"] for m in read_jsonl(run_dir / "sft" / "metrics.jsonl")] == [1, 2]
+    assert (run_dir / "sft" / "final").is_dir() and (run_dir / "checkpoint-1").is_dir()
 
     monkeypatch.undo()
     done = CliRunner().invoke(app, ["train", str(path), "--resume"])
     assert done.exit_code == 0, done.output
     assert (
-        "warm-up finished earlier (8 examples from reference)" in done.output
+        "SFT finished earlier (8 examples from reference)" in done.output
         and "resuming from checkpoint-1" in done.output
     )
-    assert [m["step"] for m in read_jsonl(run_dir / "warmup" / "metrics.jsonl")] == [1, 2], "never redone"
+    assert [m["step"] for m in read_jsonl(run_dir / "sft" / "metrics.jsonl")] == [1, 2], "never redone"
     assert [m["step"] for m in read_jsonl(run_dir / "metrics.jsonl")] == [1, 2]
 
 
 @pytest.mark.slow  # real SFT and GRPO steps
-def test_resumed_grpo_after_a_warmup_trains_on_from_its_checkpoint(tmp_path, tiny_llama, monkeypatch):
-    """With beta > 0 TRL keeps a frozen `ref` copy of the warm-up's adapter in a sub-folder of each checkpoint, and
-    transformers resumes only sub-folders: the trained adapter silently restarted from the warm-up's weights."""
+def test_resumed_grpo_after_a_sft_trains_on_from_its_checkpoint(tmp_path, tiny_llama, monkeypatch):
+    """With beta > 0 TRL keeps a frozen `ref` copy of the SFT stage's adapter in a sub-folder of each checkpoint, and
+    transformers resumes only sub-folders: the trained adapter silently restarted from the SFT stage's weights."""
     path = recipe_file(tmp_path, tiny_llama, grpo={"beta": 0.04})
     stop_during_step_one(monkeypatch, which=1)
     stopped = CliRunner().invoke(app, ["train", str(path)])
@@ -208,8 +208,8 @@ def test_resumed_grpo_after_a_warmup_trains_on_from_its_checkpoint(tmp_path, tin
     checkpoint = tmp_path / "run" / "checkpoint-1"
     assert (checkpoint / "ref" / "adapter_model.safetensors").is_file()
     trained = load_file(checkpoint / "adapter_model.safetensors")
-    warm = load_file(tmp_path / "run" / "warmup" / "final" / "adapter_model.safetensors")
-    assert any(not torch.equal(trained[k], warm[k]) for k in trained), "GRPO's step 1 moved the adapter"
+    sft_adapter = load_file(tmp_path / "run" / "sft" / "final" / "adapter_model.safetensors")
+    assert any(not torch.equal(trained[k], sft_adapter[k]) for k in trained), "GRPO's step 1 moved the adapter"
 
     monkeypatch.undo()
     seen = watch_first_step(monkeypatch)
@@ -267,7 +267,7 @@ def test_grpo_starts_from_an_adapter_trained_elsewhere(tmp_path, tiny_llama, mon
     adapter = save_adapter(tiny_llama, tmp_path / "adapter")
     seen = watch_first_step(monkeypatch)
     path = recipe_file(
-        tmp_path, tiny_llama, warmup=None, lora={**LORA, "adapter": str(adapter)}, training={"max_steps": 1}
+        tmp_path, tiny_llama, sft=None, lora={**LORA, "adapter": str(adapter)}, training={"max_steps": 1}
     )
     result = run_module.train(load_recipe(path))
     assert result.global_step == 1
@@ -279,15 +279,15 @@ def test_grpo_starts_from_an_adapter_trained_elsewhere(tmp_path, tiny_llama, mon
 
 
 @pytest.mark.parametrize("case", ["empty", "columns", "other_model", "rank"])
-def test_bad_warmup_input_is_one_line_naming_file_and_key_and_writes_nothing(tmp_path, tiny_llama, tiny_qwen2, case):
+def test_bad_sft_input_is_one_line_naming_file_and_key_and_writes_nothing(tmp_path, tiny_llama, tiny_qwen2, case):
     if case == "empty":
         source = tmp_path / "empty.jsonl"
         source.write_text("")
-        sections, words = {"warmup": {**WARMUP, "source": str(source)}}, ["warmup.source", str(source), "empty"]
+        sections, words = {"sft": {**SFT, "source": str(source)}}, ["sft.source", str(source), "empty"]
     elif case == "columns":
         source = write_jsonl([{"question": "2+2?", "answer": "4"}], tmp_path / "qa.jsonl")
-        sections = {"warmup": {**WARMUP, "source": str(source)}}
-        words = ["warmup.source", str(source), "`messages`", "`prompt` and `completion`", "question, answer"]
+        sections = {"sft": {**SFT, "source": str(source)}}
+        words = ["sft.source", str(source), "`messages`", "`prompt` and `completion`", "question, answer"]
     elif case == "other_model":
         adapter = save_adapter(tiny_qwen2, tmp_path / "qwen_adapter", noise=False)
         sections, words = {"lora": {**LORA, "adapter": str(adapter)}}, ["lora.adapter", str(adapter), str(tiny_qwen2)]
@@ -300,26 +300,24 @@ def test_bad_warmup_input_is_one_line_naming_file_and_key_and_writes_nothing(tmp
     assert not (tmp_path / "run").exists()
 
 
-def test_warmup_section_is_validated_with_lines_and_fixes(tmp_path, tiny_llama):
+def test_sft_section_is_validated_with_lines_and_fixes(tmp_path, tiny_llama):
     path = recipe_file(
-        tmp_path, tiny_llama, warmup={"source": "self", "reward": "strict_format", "max_lenght": 64}, data=HASHES
+        tmp_path, tiny_llama, sft={"source": "self", "reward": "strict_format", "max_lenght": 64}, data=HASHES
     )
     result = CliRunner().invoke(app, ["validate", str(path)])
     assert result.exit_code == 2
-    assert "warmup.max_lenght" in result.output and "did you mean `max_length`" in result.output
+    assert "sft.max_lenght" in result.output and "did you mean `max_length`" in result.output
     fixed = path.read_text().replace("max_lenght", "max_length")
     path.write_text(fixed)
     result = CliRunner().invoke(app, ["validate", str(path)])
     assert (
-        result.exit_code == 2
-        and "warmup.reward" in result.output
-        and "not one of the recipe's rewards" in result.output
+        result.exit_code == 2 and "sft.reward" in result.output and "not one of the recipe's rewards" in result.output
     )
 
 
 def test_reference_solutions_follow_the_asked_format():
     from grpo_cli.recipe.data_section import DataSection
-    from grpo_cli.train.warmup_examples import reference_solution
+    from grpo_cli.train.sft_examples import reference_solution
     from rewards.gsm8k import strict_format
 
     raw = "She has 3 + 4 = <<3+4=7>>7 apples.\nThen 7 * 2 = <<7*2=14>>14.\n#### 1,014"
@@ -329,7 +327,7 @@ def test_reference_solutions_follow_the_asked_format():
     assert strict_format(completions=[tags]) == [1.0] and tags.endswith("<answer>\n1014\n</answer>")
 
 
-def test_plan_puts_the_warmup_peak_beside_grpos_and_the_larger_decides():
+def test_plan_puts_the_sft_peak_beside_grpos_and_the_larger_decides():
     from conftest import ROOT
     from grpo_cli.plan.fit import plan_recipe
     from grpo_cli.plan.memory import GIB
@@ -340,32 +338,32 @@ def test_plan_puts_the_warmup_peak_beside_grpos_and_the_larger_decides():
         return plan_recipe(load_recipe(demo, list(overrides), scope="plan"), None, "cpu", "64GB").plan
 
     without = plan()
-    short = plan("warmup.max_length=64", "warmup.per_device_train_batch_size=2")
-    long = plan("warmup.max_length=1024", "warmup.per_device_train_batch_size=16")
-    assert without.warmup == 0 and 0 < short.warmup_peak < short.peak_tensors == without.peak_tensors
-    assert long.peak_tensors == long.warmup_peak > without.peak_tensors, "the larger stage sets the peak"
+    short = plan("sft.max_length=64", "sft.per_device_train_batch_size=2")
+    long = plan("sft.max_length=1024", "sft.per_device_train_batch_size=16")
+    assert without.sft == 0 and 0 < short.sft_peak < short.peak_tensors == without.peak_tensors
+    assert long.peak_tensors == long.sft_peak > without.peak_tensors, "the larger stage sets the peak"
     between = f"{(without.peak_rss + long.peak_rss) / 2 / GIB:.2f}GB"
     verdict = plan_recipe(
-        load_recipe(demo, ["warmup.max_length=1024", "warmup.per_device_train_batch_size=16"], scope="plan"),
+        load_recipe(demo, ["sft.max_length=1024", "sft.per_device_train_batch_size=16"], scope="plan"),
         None,
         "cpu",
         between,
     )
     assert verdict.plan.fits is False and plan_recipe(load_recipe(demo, scope="plan"), None, "cpu", between).plan.fits
-    shown = CliRunner().invoke(app, ["plan", str(demo), "warmup.max_length=1024", "--ram", between])
-    assert "warm-up (supervised steps before GRPO" in shown.output and "the warm-up sets the peak" in shown.output
+    shown = CliRunner().invoke(app, ["plan", str(demo), "sft.max_length=1024", "--ram", between])
+    assert "SFT (supervised steps before GRPO" in shown.output and "the SFT stage sets the peak" in shown.output
 
 
 @pytest.mark.slow  # real SFT and GRPO steps
-def test_preflight_times_the_warmup_and_plans_its_peak(tmp_path, tiny_llama):
-    path = recipe_file(tmp_path, tiny_llama, warmup={**WARMUP, "max_steps": -1, "count": 12})
+def test_preflight_times_the_sft_and_plans_its_peak(tmp_path, tiny_llama):
+    path = recipe_file(tmp_path, tiny_llama, sft={**SFT, "max_steps": -1, "count": 12})
     result = CliRunner().invoke(app, ["preflight", str(path), "--json", "--prompts", "2"])
     assert result.exit_code == 0, result.output
     report = json.loads(result.stdout)
-    warm = report["warmup"]
-    assert warm["examples"] == 12 and warm["total_steps"] == 3  # 12 examples in micro-batches of 4, one epoch
-    assert warm["step_s"] > 0 and warm["eta_s"] == pytest.approx(3 * warm["step_s"], abs=0.01)
+    section = report["sft"]
+    assert section["examples"] == 12 and section["total_steps"] == 3  # 12 examples in micro-batches of 4, one epoch
+    assert section["step_s"] > 0 and section["eta_s"] == pytest.approx(3 * section["step_s"], abs=0.01)
     assert not (tmp_path / "run").exists()
-    # 4 x 128 warm-up tokens against 4 short GRPO sequences: the warm-up's planned peak is the larger, and the
+    # 4 x 128 SFT tokens against 4 short GRPO sequences: the SFT stage's planned peak is the larger, and the
     # measured GRPO steps are compared with GRPO's own plan, not with it
-    assert 0 < report["planned_peak_gib"] < warm["planned_peak_gib"]
+    assert 0 < report["planned_peak_gib"] < section["planned_peak_gib"]

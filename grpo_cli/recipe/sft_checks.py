@@ -1,4 +1,4 @@
-"""Checks for the warm-up and for a starting adapter: the rules across fields, and what the files they name hold
+"""Checks for the SFT stage and for a starting adapter: the rules across fields, and what the files they name hold
 (read without torch: a file of examples by its first rows, an adapter by its adapter_config.json)."""
 
 from __future__ import annotations
@@ -10,70 +10,70 @@ from grpo_cli.errors import UserError
 from grpo_cli.recipe.checks import data_file_problem
 from grpo_cli.recipe.data_section import DataSection
 from grpo_cli.recipe.model_section import LoraSection, ModelSection
+from grpo_cli.recipe.sft_section import REFERENCE, SELF, SftSection
 from grpo_cli.recipe.sources import LOCAL_DATA_SUFFIXES, looks_like_path, model_location
 from grpo_cli.recipe.user_code import RewardSpec
-from grpo_cli.recipe.warmup_section import REFERENCE, SELF, WarmupSection
 from grpo_cli.recipe.yaml_source import KeyPath
 
 ADAPTER_CONFIG = "adapter_config.json"  # what peft's save_pretrained writes beside the adapter weights
 
 
-def warmup_problems(
-    warm: WarmupSection | None, data: DataSection, rewards: list[RewardSpec], uses_tools: bool, processes: int
+def sft_problems(
+    section: SftSection | None, data: DataSection, rewards: list[RewardSpec], uses_tools: bool, processes: int
 ) -> list[tuple[KeyPath, str]]:
-    """Rules between `warmup:` and the rest of the recipe (`uses_tools`: tools or an environment; `processes`:
+    """Rules between `sft:` and the rest of the recipe (`uses_tools`: tools or an environment; `processes`:
     distributed.num_processes), each with its fix."""
-    if warm is None:
+    if section is None:
         return []
     out: list[tuple[KeyPath, str]] = []
-    if warm.source in (REFERENCE, SELF) and not data.answer_column:
+    if section.source in (REFERENCE, SELF) and not data.answer_column:
         out.append(
             (
-                ("warmup", "source"),
-                f"`{warm.source}` needs the data's reference answers; set data.answer_column, or give a file of "
+                ("sft", "source"),
+                f"`{section.source}` needs the data's reference answers; set data.answer_column, or give a file of "
                 "examples (a `messages` column, or `prompt` and `completion`)",
             )
         )
     names = [spec.name for spec in rewards]
-    if warm.source == SELF and names and warm.reward not in names:
+    if section.source == SELF and names and section.reward not in names:
         out.append(
             (
-                ("warmup", "reward"),
-                f"`{warm.reward}` is not one of the recipe's rewards ({', '.join(names)}); name the one that scores "
+                ("sft", "reward"),
+                f"`{section.reward}` is not one of the recipe's rewards ({', '.join(names)}); name the one that scores "
                 "a right answer",
             )
         )
-    if warm.source == SELF and uses_tools:
-        out.append((("warmup", "source"), "`self` samples without tools; use `reference` or a file of examples"))
-    if warm.source == REFERENCE and uses_tools and (data.answer_format != "gsm8k" or not data.chat):
+    if section.source == SELF and uses_tools:
+        out.append((("sft", "source"), "`self` samples without tools; use `reference` or a file of examples"))
+    if section.source == REFERENCE and uses_tools and (data.answer_format != "gsm8k" or not data.chat):
         out.append(
             (
-                ("warmup", "source"),
+                ("sft", "source"),
                 "`reference` writes tool calls from GSM8K-format solutions' `<<expression=result>>` notes in chat "
                 "prompts; with data.answer_format: plain (or data.chat: false) no example would call a tool: give a "
-                "file of examples with the calls, or drop the warm-up",
+                "file of examples with the calls, or drop the SFT stage",
             )
         )
     if processes > 1:
         out.append(
             (
-                ("warmup",),
-                "the warm-up runs in one process; train it with distributed.num_processes=1, then give its "
+                ("sft",),
+                "the SFT stage runs in one process; train it with distributed.num_processes=1, then give its "
                 "adapter as lora.adapter to the run with several processes",
             )
         )
     return out
 
 
-def warmup_file_problems(warm: WarmupSection | None) -> list[tuple[KeyPath, str]]:
-    """A warm-up file must exist and hold examples: a `messages` column, or `prompt` and `completion` columns."""
-    source = warm.source if warm is not None else None
+def sft_file_problems(section: SftSection | None) -> list[tuple[KeyPath, str]]:
+    """An SFT file must exist and hold examples: a `messages` column, or `prompt` and `completion` columns."""
+    source = section.source if section is not None else None
     if source in (None, REFERENCE, SELF):
         return []
-    key = ("warmup", "source")
+    key = ("sft", "source")
     path = Path(source).expanduser()
     if looks_like_path(source) and not path.exists():
-        return [(key, f"warm-up data file not found: {path} (relative paths start at {Path.cwd()})")]
+        return [(key, f"SFT data file not found: {path} (relative paths start at {Path.cwd()})")]
     if path.is_file() and path.suffix not in LOCAL_DATA_SUFFIXES:
         return [(key, f"unsupported data file type {path.suffix!r}; use one of {', '.join(LOCAL_DATA_SUFFIXES)}")]
     if not path.is_file():

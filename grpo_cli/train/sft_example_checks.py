@@ -1,4 +1,4 @@
-"""The warm-up's examples checked before training: those whose prompt leaves room under warmup.max_length, the
+"""The SFT stage's examples checked before training: those whose prompt leaves room under sft.max_length, the
 validation questions among them, and an earlier attempt's examples read back."""
 
 from __future__ import annotations
@@ -8,8 +8,8 @@ from pathlib import Path
 from typing import Any
 
 from grpo_cli.errors import UserError
-from grpo_cli.recipe.warmup_section import WarmupSection
-from grpo_cli.train.warmup_examples import WarmupExamples
+from grpo_cli.recipe.sft_section import SftSection
+from grpo_cli.train.sft_examples import SftExamples
 
 
 def read_examples(path: Path) -> list[dict]:
@@ -20,19 +20,19 @@ def read_examples(path: Path) -> list[dict]:
     if lines.skipped:
         raise UserError(
             f"{path} line {lines.skipped[0]} is cut or is not an example (an interrupted write?): delete {path.parent} "
-            "to build the warm-up again, or train into another output_dir",
-            path="warmup",
+            "to build the SFT stage again, or train into another output_dir",
+            path="sft",
         )
     return lines.rows
 
 
-def checked_examples(warm: WarmupSection, examples: WarmupExamples, tokenizer) -> tuple[WarmupExamples, list[str]]:
-    """The examples the warm-up can learn from, and what the console should say about them."""
-    examples, cut = fit_max_length(warm.max_length, examples, tokenizer)
+def checked_examples(section: SftSection, examples: SftExamples, tokenizer) -> tuple[SftExamples, list[str]]:
+    """The examples the SFT stage can learn from, and what the console should say about them."""
+    examples, cut = fit_max_length(section.max_length, examples, tokenizer)
     return examples, [cut] if cut else []
 
 
-def validation_questions_in(examples: WarmupExamples, questions: list[Any]) -> int:
+def validation_questions_in(examples: SftExamples, questions: list[Any]) -> int:
     """How many examples' prompts hold a validation question's text (a chat prompt: its user turns)."""
     texts = [q.strip() for q in questions if isinstance(q, str) and q.strip()]
     count = 0
@@ -44,8 +44,8 @@ def validation_questions_in(examples: WarmupExamples, questions: list[Any]) -> i
     return count
 
 
-def fit_max_length(limit: int | None, examples: WarmupExamples, tokenizer) -> tuple[WarmupExamples, str | None]:
-    """Drop the examples whose prompt alone fills warmup.max_length (truncation would leave no completion token
+def fit_max_length(limit: int | None, examples: SftExamples, tokenizer) -> tuple[SftExamples, str | None]:
+    """Drop the examples whose prompt alone fills sft.max_length (truncation would leave no completion token
     to learn from; TRL fails when it leaves none at all); refuse when that is every one."""
     if limit is None:
         return examples, None
@@ -55,17 +55,17 @@ def fit_max_length(limit: int | None, examples: WarmupExamples, tokenizer) -> tu
     kept = [row for row, n in zip(examples.rows, lengths) if n < limit]
     if not kept:
         raise UserError(
-            f"every warm-up prompt is at least warmup.max_length={limit} tokens (the shortest is {min(lengths)}), "
-            f"so no completion token would be trained on; set warmup.max_length above {max(lengths)}",
-            path="warmup.max_length",
+            f"every SFT prompt is at least sft.max_length={limit} tokens (the shortest is {min(lengths)}), "
+            f"so no completion token would be trained on; set sft.max_length above {max(lengths)}",
+            path="sft.max_length",
         )
     if len(kept) == len(examples.rows):
         return examples, None
     note = (
-        f"warm-up: {len(examples.rows) - len(kept)} of {len(examples.rows)} examples dropped: their prompt alone "
-        f"fills warmup.max_length={limit} tokens (the longest is {max(lengths)})"
+        f"sft: {len(examples.rows) - len(kept)} of {len(examples.rows)} examples dropped: their prompt alone "
+        f"fills sft.max_length={limit} tokens (the longest is {max(lengths)})"
     )
-    return WarmupExamples(kept, {**examples.source, "cut_by_max_length": len(examples.rows) - len(kept)}), note
+    return SftExamples(kept, {**examples.source, "cut_by_max_length": len(examples.rows) - len(kept)}), note
 
 
 def _prompt_tokens(tokenizer, row: dict) -> int | None:

@@ -1,4 +1,4 @@
-"""The recipe's `warmup:` section: supervised fine-tuning (TRL's SFTTrainer) before GRPO, so GRPO starts from a model
+"""The recipe's `sft:` section: supervised fine-tuning (TRL's SFTTrainer) before GRPO, so GRPO starts from a model
 that already writes the asked answer format and spends its steps on the answers."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ SELF = "self"  # the model's own completions that the recipe's reward scores rig
 DEFAULT_LEARNING_RATE = {"lora": 1e-4, "qlora": 1e-4, "full": 2e-5}
 
 
-class WarmupSection(Section):
+class SftSection(Section):
     """Runs before GRPO in `grpo train`, on the recipe's model, LoRA/QLoRA settings and precision; the loss counts
     the completion tokens only. GRPO then continues from the weights it ends with."""
 
@@ -21,7 +21,7 @@ class WarmupSection(Section):
         REFERENCE,
         description="`reference`: the recipe's training rows with their reference solutions, in the answer format "
         "data.answer_marker asks for (GSM8K: the worked solution, then the answer); `self`: completions sampled "
-        "from the model that warmup.reward scores right (rejection sampling); or a .jsonl/.json/.parquet/.csv file "
+        "from the model that sft.reward scores right (rejection sampling); or a .jsonl/.json/.parquet/.csv file "
         "or hub dataset with a `messages` column or `prompt` and `completion` columns.",
         min_length=1,
     )
@@ -52,5 +52,5 @@ class WarmupSection(Section):
     )
 
     def learning_rate_for(self, method: str) -> float:
-        """The learning rate the warm-up trains at, for the recipe's method (full, lora, qlora)."""
+        """The learning rate the SFT stage trains at, for the recipe's method (full, lora, qlora)."""
         return self.learning_rate or DEFAULT_LEARNING_RATE[method]

@@ -1,6 +1,6 @@
-"""The warm-up's examples, as TRL's SFTTrainer reads prompt-completion pairs: from a file or hub dataset, or from the
+"""The SFT stage's examples, as TRL's SFTTrainer reads prompt-completion pairs: from a file or hub dataset, or from the
 recipe's own training rows with their reference solutions rendered in the asked answer format. (Examples sampled
-from the model itself: warmup_sampling.py.)"""
+from the model itself: sft_sampling.py.)"""
 
 from __future__ import annotations
 
@@ -12,17 +12,17 @@ from typing import Any
 from grpo_cli.errors import UserError
 from grpo_cli.recipe.data_section import DataSection
 from grpo_cli.recipe.schema import ToolSpec
-from grpo_cli.recipe.warmup_section import REFERENCE, SELF, WarmupSection
+from grpo_cli.recipe.sft_section import REFERENCE, SELF, SftSection
 
 # GSM8K's calculator annotations (`<<48/2=24>>`): tool traces of the annotators, not text a model should learn.
 CALCULATOR = re.compile(r"<<[^<>]*>>")
-KEY = "warmup.source"
+KEY = "sft.source"
 
 
 @dataclass
-class WarmupExamples:
+class SftExamples:
     rows: list[dict[str, Any]]  # {"prompt", "completion"}: chat messages or plain text
-    source: dict[str, Any] = field(default_factory=dict)  # what RUN/warmup/source.json records
+    source: dict[str, Any] = field(default_factory=dict)  # what RUN/sft/source.json records
 
     def describe(self) -> str:
         """One line: how many examples, from where."""
@@ -48,44 +48,42 @@ class WarmupExamples:
         return f"{len(self.rows)} examples from {s.get('source')}{dropped}"
 
 
-def training_examples(
-    warm: WarmupSection, data: DataSection, tools: list[ToolSpec], seed: int
-) -> WarmupExamples | None:
+def training_examples(section: SftSection, data: DataSection, tools: list[ToolSpec], seed: int) -> SftExamples | None:
     """The examples of a file, hub dataset or the reference solutions of `data` (drawn as training draws them with
     `seed`, as tool traces when there are `tools`); None for `self` (it needs the model)."""
-    if warm.source == SELF:
+    if section.source == SELF:
         return None
-    if warm.source == REFERENCE:
-        return reference_examples(data, warm.count, seed, tools)
-    return dataset_examples(warm)
+    if section.source == REFERENCE:
+        return reference_examples(data, section.count, seed, tools)
+    return dataset_examples(section)
 
 
-def dataset_examples(warm: WarmupSection) -> WarmupExamples:
+def dataset_examples(section: SftSection) -> SftExamples:
     """Rows with `messages` (the last assistant turn is the completion, the turns before it the prompt) or with
     `prompt` and `completion`."""
     from grpo_cli.data import load_rows
 
-    rows = load_rows(warm.source, warm.config, warm.split, key=KEY)
+    rows = load_rows(section.source, section.config, section.split, key=KEY)
     columns = rows.column_names
     if len(rows) == 0:
-        raise UserError(f"{warm.source} holds no rows", path=KEY)
+        raise UserError(f"{section.source} holds no rows", path=KEY)
     if "messages" in columns:
         pairs = [_split_conversation(m) for m in rows["messages"]]
     elif "prompt" in columns and "completion" in columns:
         pairs = [_pair(p, c) for p, c in zip(rows["prompt"], rows["completion"])]
     else:
         raise UserError(
-            f"{warm.source} has no `messages` column and no `prompt` and `completion` columns (it has: "
+            f"{section.source} has no `messages` column and no `prompt` and `completion` columns (it has: "
             f"{', '.join(columns) or 'none'})",
             path=KEY,
         )
     usable = [p for p in pairs if p is not None]
     what = "an assistant turn after a user turn" if "messages" in columns else "a non-empty prompt and completion"
     if not usable:
-        raise UserError(f"no usable example in {warm.source}: each row needs {what}", path=KEY)
+        raise UserError(f"no usable example in {section.source}: each row needs {what}", path=KEY)
     unusable = len(pairs) - len(usable)
-    usable = usable[: warm.count] if warm.count else usable
-    return WarmupExamples(usable, {"source": warm.source, "rows": len(rows), "unusable": unusable, "needs": what})
+    usable = usable[: section.count] if section.count else usable
+    return SftExamples(usable, {"source": section.source, "rows": len(rows), "unusable": unusable, "needs": what})
 
 
 def _split_conversation(messages: Any) -> dict[str, Any] | None:
@@ -120,7 +118,7 @@ def _messages(turns: Any) -> bool:
     )
 
 
-def reference_examples(data: DataSection, count: int | None, seed: int, tools: list[ToolSpec] = ()) -> WarmupExamples:
+def reference_examples(data: DataSection, count: int | None, seed: int, tools: list[ToolSpec] = ()) -> SftExamples:
     """The first `count` training rows (those GRPO trains on: within data.limit, after its shuffle and filters), each
     prompted as GRPO prompts it and answered with its reference solution in the asked format. When the recipe offers
     the calculator, each annotated step of a GSM8K-format solution becomes a calculator call (tools/traces.py)."""
@@ -138,7 +136,7 @@ def reference_examples(data: DataSection, count: int | None, seed: int, tools: l
         {"prompt": prompt, "completion": as_completion(reference_solution(answer, data), data.chat)}
         for prompt, answer in zip(prompts, answers)
     ]
-    return WarmupExamples(examples, source)
+    return SftExamples(examples, source)
 
 
 def calls_calculator(data: DataSection, tools: list[ToolSpec]) -> bool:
@@ -153,7 +151,7 @@ def _tool_name(spec: ToolSpec) -> str:
     return spec.name.rsplit(":", 1)[-1]
 
 
-def _trace_examples(prompts, answers, data: DataSection, tools, source: dict[str, Any]) -> WarmupExamples:
+def _trace_examples(prompts, answers, data: DataSection, tools, source: dict[str, Any]) -> SftExamples:
     """Reference solutions as calculator traces; rows whose annotations the calculator cannot reproduce are dropped
     and counted. Each example carries the tools' schemas so the template renders them as GRPO's prompts do."""
     from grpo_cli.data import gold_answer
@@ -179,7 +177,7 @@ def _trace_examples(prompts, answers, data: DataSection, tools, source: dict[str
         malformed_examples=problems[:3],
         without_calls=sum(1 for e in examples if len(e["completion"]) == 1),
     )
-    return WarmupExamples(examples, source)
+    return SftExamples(examples, source)
 
 
 def tool_schemas(tools: list[ToolSpec]) -> list[dict[str, Any]]:

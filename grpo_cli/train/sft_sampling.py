@@ -1,6 +1,6 @@
-"""Warm-up examples from the model itself (rejection sampling): k completions per training prompt, sampled as GRPO
+"""SFT examples from the model itself (rejection sampling): k completions per training prompt, sampled as GRPO
 samples them; a completion is kept when the recipe's reward scores it right, with the asked answer marker added
-where the model left it out, so the warm-up teaches the format in the model's own words."""
+where the model left it out, so the SFT stage teaches the format in the model's own words."""
 
 from __future__ import annotations
 
@@ -8,29 +8,29 @@ from grpo_cli.errors import UserError
 from grpo_cli.generation.policy_sampler import PolicySampler, with_end
 from grpo_cli.recipe.model_section import ModelSection
 from grpo_cli.recipe.schema import Recipe
+from grpo_cli.recipe.sft_section import SELF
 from grpo_cli.recipe.user_code import RewardSpec
-from grpo_cli.recipe.warmup_section import SELF
 from grpo_cli.train.frozen_weights import AUTOCAST_DTYPES
-from grpo_cli.train.warmup_examples import WarmupExamples, as_completion, with_marker
+from grpo_cli.train.sft_examples import SftExamples, as_completion, with_marker
 from rewards.answers import marked_answer
 
 # Completions per `generate` call: one batch's KV cache stays small beside the model.
 SAMPLE_BATCH = 32
 
 
-def sampled_examples(recipe: Recipe, model, tokenizer, mixed: str, echo=print) -> WarmupExamples:
-    """At most one kept completion per prompt (the first right one), for the first warmup.count training prompts."""
+def sampled_examples(recipe: Recipe, model, tokenizer, mixed: str, echo=print) -> SftExamples:
+    """At most one kept completion per prompt (the first right one), for the first sft.count training prompts."""
     import torch
 
     from grpo_cli.data import select_rows
 
-    warm, data = recipe.warmup, recipe.data
+    section, data = recipe.sft, recipe.data
     rows, _ = select_rows(data, recipe.training.seed)
-    rows = rows[: warm.count] if warm.count else rows
+    rows = rows[: section.count] if section.count else rows
     questions = [row[data.prompt_column] for row in rows]  # text, or a conversation's turns
     golds = [_gold(row[data.answer_column], data) for row in rows]
-    reward = _reward(recipe.rewards, warm.reward, recipe.model)
-    k = warm.samples_per_prompt
+    reward = _reward(recipe.rewards, section.reward, recipe.model)
+    k = section.samples_per_prompt
     per_call = max(1, SAMPLE_BATCH // k)
     kept, marked = [], 0
     sampler = PolicySampler(
@@ -41,13 +41,13 @@ def sampled_examples(recipe: Recipe, model, tokenizer, mixed: str, echo=print) -
     model.eval()
     for start in range(0, len(questions), per_call):
         chunk = list(range(start, min(start + per_call, len(questions))))
-        echo(f"warm-up: sampling prompts {start + 1}-{chunk[-1] + 1} of {len(questions)} ({k} completions each)")
+        echo(f"sft: sampling prompts {start + 1}-{chunk[-1] + 1} of {len(questions)} ({k} completions each)")
         prompts = [_prompt(questions[i], data) for i in chunk]
         ids, texts = _generate(sampler, prompts, k)
         columns = {"answer": [golds[i] for i in chunk], "question": [questions[i] for i in chunk]}
         scores = _score(reward, prompts, texts, ids, columns, k, data.chat)
         for n, prompt in enumerate(prompts):
-            right = [texts[n * k + j] for j in range(k) if _kept(scores[n * k + j], warm.min_reward)]
+            right = [texts[n * k + j] for j in range(k) if _kept(scores[n * k + j], section.min_reward)]
             if not right:
                 continue
             text = right[0]
@@ -62,17 +62,17 @@ def sampled_examples(recipe: Recipe, model, tokenizer, mixed: str, echo=print) -
         "samples": len(questions) * k,
         "kept": len(kept),
         "marked": marked,
-        "reward": warm.reward,
-        "min_reward": warm.min_reward,
+        "reward": section.reward,
+        "min_reward": section.min_reward,
     }
     if not kept:
         raise UserError(
             f"none of {len(questions) * k} completions sampled for {len(questions)} prompts scored "
-            f"{warm.reward} >= {warm.min_reward:g}: the model cannot teach itself here; use warmup.source: reference "
-            "or a file of examples, or raise warmup.samples_per_prompt",
-            path="warmup.source",
+            f"{section.reward} >= {section.min_reward:g}: the model cannot teach itself here; use "
+            "sft.source: reference or a file of examples, or raise sft.samples_per_prompt",
+            path="sft.source",
         )
-    return WarmupExamples(kept, source)
+    return SftExamples(kept, source)
 
 
 def _gold(raw, data) -> str:
@@ -88,7 +88,7 @@ def _prompt(question: str, data):
 
 
 def _reward(rewards: list[RewardSpec], name: str, model: ModelSection):
-    """The reward named `name` (warmup.reward) of `rewards`, behind the same guard as in training (time limit, bad
+    """The reward named `name` (sft.reward) of `rewards`, behind the same guard as in training (time limit, bad
     return values); `model`: the policy's section, which a judge may be."""
     from grpo_cli.model_rewards.build import reward_functions
     from grpo_cli.reward_guard import GuardedReward
@@ -120,7 +120,7 @@ def _score(reward, prompts: list, texts: list, ids: list, columns: dict, k: int,
             **{name: [v for v in values for _ in range(k)] for name, values in columns.items()},
         )
     except RewardFailure as failure:
-        raise UserError(f"{failure} (while sampling the warm-up's examples)", path="warmup.reward") from None
+        raise UserError(f"{failure} (while sampling the SFT stage's examples)", path="sft.reward") from None
 
 
 def _kept(score, threshold: float) -> bool:
