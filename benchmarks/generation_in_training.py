@@ -5,8 +5,9 @@ Builds the recipe's real GRPOTrainer (LoRA attached, train mode, as in a step) a
 - float32 runs (`model.mixed_precision=no`, or a CPU without bf16):
   "TRL, adapter unmerged": TRL's own path; "TRL, adapter merged": the same call with grpo's merge around it
   (grpo_cli/train/merged_generation.py);
-- LoRA runs under bf16 autocast: "grpo: autocast, frozen weights bf16": what `grpo train` runs
-  (grpo_cli/train/frozen_weights.py);
+- LoRA runs under bf16 autocast (frozen weights bf16, grpo_cli/train/frozen_weights.py): "autocast, unmerged":
+  PEFT's forward under autocast; "grpo: autocast, merged copy": what `grpo train` runs on a CPU, each adapted layer
+  sampling with one merged bf16 copy (grpo_cli/train/merged_generation.py adapter_merged_copy);
 then `grpo eval`'s engine (greedy continuous batching, ContinuousGenerator, in the precision `grpo eval` uses: the
 weights cast to bfloat16 under bf16) on as many distinct prompts of the same data as the batch holds, at that batch
 size. Tokens/s counts generated tokens (EOS included) per second.
@@ -104,15 +105,14 @@ def main() -> None:
         finally:
             base.train()
 
-    def autocast_output_cast_per_token() -> int:  # grpo before output_layer_cast_once (frozen_weights.py)
-        trainer.generation_context = nullcontext
-        with torch.autocast(next(model.parameters()).device.type, dtype=torch.bfloat16):
-            return trl_generate()
+    def autocast_unmerged() -> int:  # grpo before adapter_merged_copy (merged_generation.py): PEFT's forward
+        trainer.generation_context = trainer.inference_context
+        return trl_generate()
 
     if narrowed:
         variants = {
-            "autocast, output cast/token": autocast_output_cast_per_token,
-            "grpo: autocast, frozen bf16": grpo_path,
+            "autocast, unmerged": autocast_unmerged,
+            "grpo: autocast, merged copy": grpo_path,
             "grpo eval engine (greedy)": eval_engine,
         }
     else:
@@ -128,7 +128,7 @@ def main() -> None:
                 tokens, seconds = timed(call)
             speeds[name].append(tokens / seconds)
             print(
-                f"round {round_ + 1} {name:26s} {tokens:6d} tokens in {seconds:6.1f} s = "
+                f"round {round_ + 1} {name:28s} {tokens:6d} tokens in {seconds:6.1f} s = "
                 f"{tokens / seconds:6.1f} tokens/s",
                 flush=True,
             )
@@ -142,7 +142,7 @@ def main() -> None:
     reference = statistics.median(speeds["grpo eval engine (greedy)"])
     for name, values in speeds.items():
         median = statistics.median(values)
-        print(f"{name:26s} {median:6.1f} tokens/s  ({median / reference:.2f}x grpo eval's engine)")
+        print(f"{name:28s} {median:6.1f} tokens/s  ({median / reference:.2f}x grpo eval's engine)")
 
 
 if __name__ == "__main__":

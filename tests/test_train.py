@@ -262,6 +262,43 @@ def test_generation_runs_with_the_adapter_merged_and_leaves_base_weights_as_they
             assert torch.allclose(value, base[name], rtol=0, atol=1e-6), name
 
 
+def test_bf16_generation_on_a_cpu_samples_through_merged_copies_and_changes_nothing_held(tmp_path, tiny_qwen2):
+    """Under bf16 autocast the frozen weights are bf16, so the adapter is not merged into them: each adapted layer
+    samples with a merged copy (W + s B A rounded once), and the trainer's weights and forwards are as before."""
+    from grpo_cli.train.trainer import build_trainer
+
+    model_section = {"name": str(tiny_qwen2), "dtype": "float32", "mixed_precision": "bf16"}
+    recipe = load_recipe(
+        write_recipe(tmp_path, tiny_qwen2, rewards=REWARDS, lora={"r": 4, "dropout": 0.0}, model=model_section)
+    )
+    trainer, prepared = build_trainer(recipe, tmp_path / "run")
+    model = trainer.accelerator.unwrap_model(trainer.model)
+    lora_layers = [m for m in model.modules() if hasattr(m, "merged") and hasattr(m, "lora_B")]
+    with torch.no_grad():  # B starts at zero: give the adapter a real delta
+        for layer in lora_layers:
+            layer.lora_B["default"].weight.normal_(std=0.1)
+    held = {k: v.clone() for k, v in model.named_parameters()}
+    ids = torch.randint(0, model.config.vocab_size, (2, 10))
+    with torch.no_grad():
+        with trainer.inference_context():  # PEFT's forward under the same autocast: what the loss sees
+            unmerged = model(input_ids=ids).logits.float()
+        with trainer.generation_context():
+            patched = sum("forward" in vars(m) for m in lora_layers)
+            merged = model(input_ids=ids).logits.float()
+        with trainer.inference_context(), model.disable_adapter():
+            plain = model(input_ids=ids).logits.float()
+    assert patched == len(lora_layers) > 0
+    assert (merged - unmerged).abs().max() < 0.1 * (plain - unmerged).abs().max(), "the copies carry the adapter"
+    seen = []
+    model.get_base_model().register_forward_hook(lambda *_: seen.append(all("forward" in vars(m) for m in lora_layers)))
+    trainer.model.train()
+    completion_ids = trainer._generate([row["prompt"] for row in prepared.dataset.select(range(2))])[1]
+    assert len(completion_ids) == 2 and seen and all(seen), "every decode step ran on the merged copies"
+    assert not any("forward" in vars(m) for m in lora_layers), "PEFT's forward again before the loss"
+    for name, value in model.named_parameters():
+        assert torch.equal(value, held[name]), name
+
+
 def test_a_renamed_trl_method_is_one_clear_error_at_start_up(tmp_path, tiny_llama, monkeypatch):
     """A TRL without a private method grpo overrides stops `grpo train` before the model loads: one line naming the
     TRL version, the method, what grpo uses it for and the supported range; nothing trained."""

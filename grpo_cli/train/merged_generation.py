@@ -10,8 +10,11 @@ back up to float rounding (half a unit in the last place per step). TRL does the
 LoRA model into vLLM. Quantized (QLoRA) bases and sharded models (FSDP, ZeRO-3) are left alone: merging would
 dequantize or need the whole weight on one process.
 
-Under bf16/fp16 autocast the frozen weights are stored in that dtype instead and generation runs under autocast,
-unmerged (grpo_cli/train/frozen_weights.py); this merge is for float32 runs.
+Under bf16/fp16 autocast the frozen weights are stored in that dtype (grpo_cli/train/frozen_weights.py), and
+merging into them would round small updates away and could not be undone exactly. On a CPU each adapted layer then
+samples with a merged copy instead (`adapter_merged_copy`): W + s B A computed in float32 and rounded once to that
+dtype, the frozen weight and the adapter untouched, the copies dropped when sampling ends. On a GPU the copy would
+cost memory the plan does not count, so generation there stays unmerged.
 
 benchmarks/generation_in_training.py measures it against TRL's own path and `grpo eval`'s engine.
 """
@@ -19,6 +22,7 @@ benchmarks/generation_in_training.py measures it against TRL's own path and `grp
 from __future__ import annotations
 
 from contextlib import contextmanager
+from functools import partial
 
 
 def can_merge(trainer) -> bool:
@@ -45,3 +49,37 @@ def adapter_merged(model):
     finally:
         with torch.no_grad():
             model.unmerge_adapter()
+
+
+def _merged_forward(weight, bias, x, *args, **kwargs):
+    import torch.nn.functional as F
+
+    return F.linear(x, weight, bias)
+
+
+@contextmanager
+def adapter_merged_copy(model, dtype):
+    """For one generation round: each plain LoRA layer multiplies by one weight, its frozen weight plus s B A in
+    float32, rounded once to `dtype`: one matrix product per layer and decode step instead of three and the
+    additions. Nothing the trainer holds changes; each copy goes when the round ends (held: one `dtype` copy of the
+    adapted weights, freed before the training phase)."""
+    import torch
+
+    from grpo_cli.generation.lean_lora import plain_adapter
+
+    patched = []
+    with torch.no_grad():
+        for module in model.modules():
+            name = plain_adapter(module)
+            if name is None or not module.base_layer.weight.is_floating_point():
+                continue
+            base = module.base_layer
+            delta = module.lora_B[name].weight.float() @ module.lora_A[name].weight.float()
+            merged = base.weight.float().add_(delta, alpha=module.scaling[name]).to(dtype)
+            module.forward = partial(_merged_forward, merged, base.bias)
+            patched.append(module)
+    try:
+        yield
+    finally:
+        for module in patched:
+            del module.forward  # PEFT's forward again; the copy goes with the partial

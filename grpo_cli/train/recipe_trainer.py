@@ -14,7 +14,7 @@ libraries/seams.py; build_trainer (trainer.py) is the only place that constructs
 
 from __future__ import annotations
 
-from contextlib import nullcontext
+from contextlib import ExitStack, contextmanager, nullcontext
 
 from trl import GRPOTrainer
 
@@ -53,8 +53,9 @@ class RecipeTrainer(GRPOTrainer):
 
     def _choose_generation_context(self, mixed_precision: str):
         """A factory of the context each generation round runs in: frozen weights cast once to the autocast dtype
-        and generation under autocast (frozen_weights.py); else, in float32, the adapter merged while sampling
-        (merged_generation.py); else nothing. Casting happens here, once."""
+        and generation under autocast (frozen_weights.py), on a CPU with a merged copy of each adapted weight; else,
+        in float32, the adapter merged while sampling (merged_generation.py); else nothing. Casting happens here,
+        once."""
         from grpo_cli.train import frozen_weights, merged_generation
 
         model = self.accelerator.unwrap_model(self.model)
@@ -63,6 +64,8 @@ class RecipeTrainer(GRPOTrainer):
             # Anything else that runs the model outside TRL's steps (validation) needs the same autocast; it does
             # not take the merge below, which would leave the base weights a rounding away from a run without it.
             self.inference_context = lambda: frozen_weights.generating_under_autocast(model, dtype)
+            if self.accelerator.device.type == "cpu":  # merged copies: CPU memory, not the GPU's planned budget
+                return lambda: _stacked(self.inference_context(), merged_generation.adapter_merged_copy(model, dtype))
             return self.inference_context
         if merged_generation.can_merge(self):
             return lambda: merged_generation.adapter_merged(model)
@@ -182,3 +185,11 @@ class RecipeTrainer(GRPOTrainer):
             inputs, self._loss_inputs = self._loss_inputs, None
             vllm_correction.attach(self, inputs, result[0], self._correction_diagnostics)
         return result
+
+
+@contextmanager
+def _stacked(*contexts):
+    with ExitStack() as stack:
+        for context in contexts:
+            stack.enter_context(context)
+        yield
