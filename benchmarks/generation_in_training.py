@@ -4,7 +4,10 @@ Builds the recipe's real GRPOTrainer (LoRA attached, train mode, as in a step) a
 `trainer._generate`, on the first step's prompts (each repeated num_generations times, as TRL's sampler does):
 - float32 runs (`model.mixed_precision=no`, or a CPU without bf16):
   "TRL, adapter unmerged": TRL's own path; "TRL, adapter merged": the same call with grpo's merge around it
-  (grpo_cli/train/merged_generation.py);
+  (grpo_cli/train/merged_generation.py); "TRL continuous batching, merged": TRL's
+  `use_transformers_continuous_batching` path (transformers' generate_batch, default ContinuousBatchingConfig)
+  with the same merge. (Under bf16 TRL's path casts the whole model, the trained adapter too, to bfloat16 in place,
+  so it is measured in float32 only);
 - LoRA runs under bf16 autocast (frozen weights bf16, grpo_cli/train/frozen_weights.py): "autocast, unmerged":
   PEFT's forward under autocast; "grpo: autocast, merged copy": what `grpo train` runs on a CPU, each adapted layer
   sampling with one merged bf16 copy (grpo_cli/train/merged_generation.py adapter_merged_copy);
@@ -109,6 +112,17 @@ def main() -> None:
         trainer.generation_context = trainer.inference_context
         return trl_generate()
 
+    def trl_continuous_batching() -> int:  # TRL's own use_transformers_continuous_batching path, grpo's merge around it
+        from transformers.generation import ContinuousBatchingConfig
+
+        trainer.generation_context = installed
+        trainer.use_transformers_continuous_batching = True
+        trainer.continuous_batching_config = ContinuousBatchingConfig()
+        try:
+            return trl_generate()
+        finally:
+            trainer.use_transformers_continuous_batching = False
+
     if narrowed:
         variants = {
             "autocast, unmerged": autocast_unmerged,
@@ -119,6 +133,7 @@ def main() -> None:
         variants = {
             "TRL, adapter unmerged": trl_unmerged,
             "TRL, adapter merged": grpo_path,
+            "TRL continuous batching, merged": trl_continuous_batching,
             "grpo eval engine (greedy)": eval_engine,
         }
     speeds: dict[str, list[float]] = {name: [] for name in variants}
@@ -128,7 +143,7 @@ def main() -> None:
                 tokens, seconds = timed(call)
             speeds[name].append(tokens / seconds)
             print(
-                f"round {round_ + 1} {name:28s} {tokens:6d} tokens in {seconds:6.1f} s = "
+                f"round {round_ + 1} {name:32s} {tokens:6d} tokens in {seconds:6.1f} s = "
                 f"{tokens / seconds:6.1f} tokens/s",
                 flush=True,
             )
@@ -142,7 +157,7 @@ def main() -> None:
     reference = statistics.median(speeds["grpo eval engine (greedy)"])
     for name, values in speeds.items():
         median = statistics.median(values)
-        print(f"{name:28s} {median:6.1f} tokens/s  ({median / reference:.2f}x grpo eval's engine)")
+        print(f"{name:32s} {median:6.1f} tokens/s  ({median / reference:.2f}x grpo eval's engine)")
 
 
 if __name__ == "__main__":
