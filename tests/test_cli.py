@@ -133,3 +133,16 @@ def test_missing_recipe_file(tmp_path):
 def test_trl_passthrough_accepts_real_grpo_config_fields():
     recipe = load_recipe(ROOT / "recipes/demo.yaml", ["trl.min_p=0.05", "trl.disable_dropout=true"])
     assert recipe.trl == {"min_p": 0.05, "disable_dropout": True}
+
+
+def test_trls_continuous_batching_under_mixed_precision_is_refused_with_the_fix():
+    """TRL's continuous batching casts the model in place to the mixed-precision dtype: float32 adapters would train
+    on in bfloat16. Refused at validation with the fix; in float32 it is left to the user."""
+    on = ["trl.use_transformers_continuous_batching=true"]
+    result = runner.invoke(app, ["validate", str(ROOT / "recipes/demo.yaml"), *on, "model.mixed_precision=bf16"])
+    assert result.exit_code == 2 and "Traceback" not in result.output, result.output
+    line = result.output.strip().splitlines()[-1]
+    assert "trl.use_transformers_continuous_batching" in line and "the trained adapter included" in line, line
+    assert "model.mixed_precision: no" in line
+    recipe = load_recipe(ROOT / "recipes/demo.yaml", [*on, "model.mixed_precision=no"])
+    assert recipe.trl == {"use_transformers_continuous_batching": True}

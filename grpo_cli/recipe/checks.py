@@ -243,4 +243,28 @@ def trl_problems(recipe: Recipe) -> list[tuple[KeyPath, str]]:
             GRPOConfig(**grpo_config_kwargs(recipe, Path(tmp), on_cpu=precision.on_cpu, mixed=precision.mixed))
         except (ValueError, TypeError) as exc:
             out.append((("trl",), f"GRPOConfig rejects these settings: {exc}"))
-    return out
+    return out + _continuous_batching_problems(recipe.trl, recipe.method, precision)
+
+
+def _continuous_batching_problems(trl: dict, method: str, precision) -> list[tuple[KeyPath, str]]:
+    """TRL's continuous batching casts the whole model to the mixed-precision dtype in place before it generates
+    (GRPOTrainer._generate_single_turn), trained weights included: float32 adapters or master weights would train
+    on in bfloat16 from the first step, unannounced."""
+    from grpo_cli.recipe.precision import BY_WEIGHTS
+
+    key = next((k for k in ("use_transformers_continuous_batching", "use_transformers_paged") if trl.get(k)), None)
+    if (
+        key is None
+        or precision.mixed == "no"
+        or (method == "full" and BY_WEIGHTS.get(precision.dtype) == precision.mixed)
+    ):
+        return []
+    trained = "weights" if method == "full" else "adapter"
+    return [
+        (
+            ("trl", key),
+            f"TRL's continuous batching casts the whole model, the trained {trained} "
+            f"included, to {precision.mixed} in place when it generates; drop it, or set model.mixed_precision: no "
+            "(on a CPU it ran at 0.21x grpo's own sampling: docs/cpu-training.md)",
+        )
+    ]
