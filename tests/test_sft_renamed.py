@@ -68,3 +68,10 @@ def test_a_run_trained_before_the_rename_keeps_its_warmup_folder(tmp_path, tiny_
         assert "sft=a section" in str(exc)
     else:
         raise AssertionError("dropping the SFT stage on resume was not refused")
+
+
+def test_the_old_shipped_recipe_name_names_the_new_one(tmp_path):
+    result = CliRunner().invoke(app, ["recipes", "cp", "demo_warmup", str(tmp_path / "mine.yaml")])
+    fails_cleanly(result, "`demo_warmup` is called `demo_sft` now")
+    assert not (tmp_path / "mine.yaml").exists()
+    assert CliRunner().invoke(app, ["recipes", "cp", "demo_sft", str(tmp_path / "mine.yaml")]).exit_code == 0

@@ -6,6 +6,8 @@ from pathlib import Path
 
 from grpo_cli.errors import UserError
 
+RENAMED_RECIPES = {"demo_warmup": "demo_sft"}  # old name -> new name, for commands written before the rename
+
 
 def recipes_root() -> Path:
     package = Path(__file__).resolve().parent.parent  # grpo_cli/
@@ -42,6 +44,8 @@ def find_recipe(name: str) -> Path:
     key = name.removesuffix(".yaml")
     if key in recipes:
         return recipes[key]
+    if key in RENAMED_RECIPES:
+        raise UserError(f"the shipped recipe `{key}` is called `{RENAMED_RECIPES[key]}` now; use that name")
     raise UserError(f"no shipped recipe `{name}`; `grpo recipes list` shows them: {', '.join(recipes)}")
 
 
