@@ -8,7 +8,8 @@ from __future__ import annotations
 import typer
 from typer.core import TyperGroup
 
-UNTIL = "0.2.0"  # the release that drops these spellings
+from grpo_cli import OLD_NAMES_UNTIL
+
 RUN_FLAGS = {"--run": "run", "--compare": "compare", "--checkpoints": "curve"}
 NOW_OVERRIDES = {
     "--split": "eval.split",
@@ -83,7 +84,7 @@ class EvalGroup(TyperGroup):
             new = subcommand_args(args)
             typer.echo(
                 f"notice: `grpo eval {' '.join(args)}` is spelled `grpo eval {' '.join(new)}` now; the old spelling "
-                f"works until grpo {UNTIL}",
+                f"works until grpo {OLD_NAMES_UNTIL}",
                 err=True,
             )
             args = new

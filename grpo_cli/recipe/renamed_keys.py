@@ -8,10 +8,10 @@ from __future__ import annotations
 import sys
 from typing import Any
 
+from grpo_cli import OLD_NAMES_UNTIL
 from grpo_cli.errors import Problem, UserError
 
 RENAMED = {"warmup": "sft"}  # top-level section: old name -> new name
-UNTIL = "0.2.0"
 
 
 def renamed_overrides(overrides: list[str]) -> list[str]:
@@ -43,6 +43,7 @@ def move_renamed(data: dict[str, Any], lines: dict, source: str | None, notify: 
         if notify and data[new] is not None:
             where = f"{source}: " if source else ""
             print(
-                f"notice: {where}`{old}:` is called `{new}:` now (read as `{new}:` until {UNTIL}); rename the key",
+                f"notice: {where}`{old}:` is called `{new}:` now (read as `{new}:` until {OLD_NAMES_UNTIL}); "
+                "rename the key",
                 file=sys.stderr,
             )

@@ -33,8 +33,9 @@ def saved_recipe(run_dir: Path) -> dict | None:
         reason = f"does not parse{f' (line {mark.line + 1})' if mark else ''}: {getattr(exc, 'problem', exc)}"
     if isinstance(saved, dict):
         move_renamed(saved, {}, str(saved_file), notify=False)  # written before a key was renamed
-    if saved is None or isinstance(saved, dict):
         return saved
+    if saved is None:
+        return None
     raise UserError(
         f"{reason}; it is the recipe this run was trained with, needed to check that your recipe still fits its "
         "checkpoints: restore it, or train into another directory (training.output_dir=runs/new_name)",

@@ -83,3 +83,13 @@ def adapter_merged_copy(model, dtype):
     finally:
         for module in patched:
             del module.forward  # PEFT's forward again; the copy goes with the partial
+
+
+@contextmanager
+def merged_copies_under_autocast(model, dtype):
+    """One generation round on a CPU under autocast: the frozen weights' autocast and output-layer cast
+    (frozen_weights.py), each adapted layer sampling with its merged copy."""
+    from grpo_cli.train.frozen_weights import generating_under_autocast
+
+    with generating_under_autocast(model, dtype), adapter_merged_copy(model, dtype):
+        yield

@@ -14,7 +14,7 @@ libraries/seams.py; build_trainer (trainer.py) is the only place that constructs
 
 from __future__ import annotations
 
-from contextlib import ExitStack, contextmanager, nullcontext
+from contextlib import nullcontext
 
 from trl import GRPOTrainer
 
@@ -65,7 +65,7 @@ class RecipeTrainer(GRPOTrainer):
             # not take the merge below, which would leave the base weights a rounding away from a run without it.
             self.inference_context = lambda: frozen_weights.generating_under_autocast(model, dtype)
             if self.accelerator.device.type == "cpu":  # merged copies: CPU memory, not the GPU's planned budget
-                return lambda: _stacked(self.inference_context(), merged_generation.adapter_merged_copy(model, dtype))
+                return lambda: merged_generation.merged_copies_under_autocast(model, dtype)
             return self.inference_context
         if merged_generation.can_merge(self):
             return lambda: merged_generation.adapter_merged(model)
@@ -185,11 +185,3 @@ class RecipeTrainer(GRPOTrainer):
             inputs, self._loss_inputs = self._loss_inputs, None
             vllm_correction.attach(self, inputs, result[0], self._correction_diagnostics)
         return result
-
-
-@contextmanager
-def _stacked(*contexts):
-    with ExitStack() as stack:
-        for context in contexts:
-            stack.enter_context(context)
-        yield
