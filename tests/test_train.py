@@ -299,6 +299,57 @@ def test_bf16_generation_on_a_cpu_samples_through_merged_copies_and_changes_noth
         assert torch.equal(value, held[name]), name
 
 
+def test_the_loss_pass_runs_each_prompt_once_and_gives_trls_log_probs_and_gradients(tmp_path, tiny_qwen2):
+    """2 prompts x 4 completions: the prompts (less their last token) run once each, the rows run only their last
+    prompt token and completion against the shared cache, and log-probs, entropies and LoRA gradients are TRL's own
+    pass's (a padded prompt and cut-off completions included). A batch with no prompt repeated takes TRL's pass."""
+    from grpo_cli.train.trainer import build_trainer
+
+    recipe = load_recipe(write_recipe(tmp_path, tiny_qwen2, rewards=REWARDS, lora={"r": 4, "dropout": 0.0}))
+    trainer, _ = build_trainer(recipe, tmp_path / "run")
+    model = trainer.accelerator.unwrap_model(trainer.model)
+    with torch.no_grad():  # B starts at zero, where the adapter's gradients are A's only: give it a real delta
+        for name, value in model.named_parameters():
+            if "lora_B" in name:
+                value.normal_(std=0.1)
+    assert trainer.share_prompts
+    gen = torch.Generator().manual_seed(0)
+    prompts = torch.randint(3, model.config.vocab_size, (2, 9), generator=gen)
+    prompt_mask = torch.ones_like(prompts)
+    prompt_mask[1, :3] = 0  # left padding
+    rows = torch.tensor([0, 1, 1, 0, 1, 0, 0, 1])
+    completions = torch.randint(3, model.config.vocab_size, (8, 6), generator=gen)
+    completion_mask = torch.ones_like(completions)
+    completion_mask[2, 4:] = completion_mask[5, 1:] = 0
+    shapes = []
+    model.get_base_model().model.register_forward_hook(
+        lambda module, args, kwargs, out: shapes.append(tuple(kwargs["input_ids"].shape)), with_kwargs=True
+    )
+    trainer.model.train()
+
+    def loss_pass(share: bool, ids, mask):
+        trainer.share_prompts = share
+        shapes.clear()
+        model.zero_grad()
+        logps, entropies, _ = trainer._get_per_token_logps_and_entropies(model, ids, mask, 6, compute_entropy=True)
+        (logps * completion_mask).sum().backward()
+        grads = {k: v.grad.clone() for k, v in model.named_parameters() if v.grad is not None}
+        return logps.detach(), entropies.detach(), grads, list(shapes)
+
+    ids = torch.cat([prompts[rows], completions], dim=1)
+    mask = torch.cat([prompt_mask[rows], completion_mask], dim=1)
+    trl_logps, trl_entropies, trl_grads, trl_shapes = loss_pass(False, ids, mask)
+    logps, entropies, grads, shared_shapes = loss_pass(True, ids, mask)
+    assert trl_shapes == [(8, 15)] and shared_shapes == [(2, 8), (8, 7)]
+    assert torch.allclose(logps, trl_logps, atol=1e-5) and torch.allclose(entropies, trl_entropies, atol=1e-5)
+    assert (logps[completion_mask == 0] == 0).all() and (logps[completion_mask == 1] < 0).all()
+    assert grads.keys() == trl_grads.keys() and any("lora_A" in k for k in grads)
+    for name, grad in grads.items():
+        assert (grad - trl_grads[name]).abs().max() <= 1e-4 * trl_grads[name].abs().max(), name
+    distinct = torch.cat([torch.randint(3, model.config.vocab_size, (8, 9), generator=gen), completions], dim=1)
+    assert loss_pass(True, distinct, torch.ones_like(distinct))[3] == [(8, 15)]
+
+
 def test_a_renamed_trl_method_is_one_clear_error_at_start_up(tmp_path, tiny_llama, monkeypatch):
     """A TRL without a private method grpo overrides stops `grpo train` before the model loads: one line naming the
     TRL version, the method, what grpo uses it for and the supported range; nothing trained."""

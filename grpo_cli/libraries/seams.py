@@ -35,8 +35,10 @@ TRL_NAMES = names_table(
         "trl GRPOTrainer._save_checkpoint": "keeps the finished steps after a reward fails by calling",
         "trl GRPOTrainer._compute_loss": "marks the micro-batch whose vLLM correction comes from the loss's forward "
         "pass by overriding",
-        "trl GRPOTrainer._get_per_token_logps_and_entropies": "takes the vLLM correction weights from the loss's "
-        "log-probs by overriding",
+        "trl GRPOTrainer._get_per_token_logps_and_entropies": "runs each distinct prompt once (shared_prompts.py) and "
+        "takes the vLLM correction weights from the loss's log-probs by overriding",
+        "trl.trainer.utils add_fused_lm_head": "scores completions against a shared prompt's cache through the forward "
+        "(fused_lm_head=True) patched by",
         "trl.trainer.utils _CHUNKED_LOGPROB_CHUNK_SIZE =": "narrows the LM head's vocabulary tiles on a CPU by setting",
         "trl.distributed DistributedBackend": "tells a sharded run (ZeRO-3, FSDP) from a plain one by asking",
         "trl.chat_template_utils has_generation_markers": "finds the model's turns in an SFT template with",

@@ -6,6 +6,8 @@
 - `_generate_and_score_completions` (the step's generation phase): tells the listeners, counts the groups whose
   completions all scored the same, and skips or resamples them (`grpo.zero_variance_groups`).
 - `_calculate_rewards`: keeps the gathered rewards for that decision.
+- `_get_per_token_logps_and_entropies`: each distinct prompt runs once, its key/value cache shared by its rows
+  (shared_prompts.py), where the model allows it.
 - `_compute_loss` and `_get_per_token_logps_and_entropies`: on-policy with vLLM, TRL's importance-sampling correction
   takes the trainer's log-probs from the loss's own forward pass instead of an extra one (vllm_correction.py).
 The loss, the optimizer and every log-prob stay TRL's. The private names used are listed and checked in
@@ -19,7 +21,7 @@ from contextlib import nullcontext
 from trl import GRPOTrainer
 
 from grpo_cli.libraries import seams
-from grpo_cli.train import vllm_correction, zero_variance
+from grpo_cli.train import shared_prompts, vllm_correction, zero_variance
 from grpo_cli.train.phases import PhaseListener
 
 
@@ -47,6 +49,7 @@ class RecipeTrainer(GRPOTrainer):
         self.correct_from_loss_pass = vllm_correction.applies(self)
         self._correction_diagnostics = vllm_correction.Diagnostics()
         self._loss_inputs = None  # the micro-batch whose loss forward is running, while it needs correcting
+        self.share_prompts = shared_prompts.applies(self)
 
     def add_phase_listener(self, listener: PhaseListener) -> None:
         self.phase_listeners.append(listener)
@@ -179,8 +182,19 @@ class RecipeTrainer(GRPOTrainer):
         finally:
             self._loss_inputs = None
 
-    def _get_per_token_logps_and_entropies(self, *args, **kwargs):
-        result = super()._get_per_token_logps_and_entropies(*args, **kwargs)
+    def _get_per_token_logps_and_entropies(
+        self, model, input_ids, attention_mask, logits_to_keep, batch_size=None, compute_entropy=False, **kwargs
+    ):
+        result = None
+        text_only = all(value is None or value is False for value in kwargs.values())  # no images, no MoE aux loss
+        if self.share_prompts and text_only:
+            result = shared_prompts.per_token_logps(
+                model, input_ids, attention_mask, logits_to_keep, batch_size, compute_entropy, self.accelerator.autocast
+            )
+        if result is None:
+            result = super()._get_per_token_logps_and_entropies(
+                model, input_ids, attention_mask, logits_to_keep, batch_size, compute_entropy, **kwargs
+            )
         if self._loss_inputs is not None:  # the loss's forward pass: its log-probs give the correction weights
             inputs, self._loss_inputs = self._loss_inputs, None
             vllm_correction.attach(self, inputs, result[0], self._correction_diagnostics)
