@@ -40,7 +40,7 @@ def test_plan_on_a_cpu_gives_peak_rss_against_ram_and_the_fix():
     args = [
         "plan",
         str(recipe),
-        "grpo.max_completion_length=256",
+        "grpo.max_completion_length=512",
         "model.gradient_checkpointing=false",
         "--device",
         "cpu",

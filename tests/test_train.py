@@ -350,6 +350,36 @@ def test_the_loss_pass_runs_each_prompt_once_and_gives_trls_log_probs_and_gradie
     assert loss_pass(True, distinct, torch.ones_like(distinct))[3] == [(8, 15)]
 
 
+def test_sampling_prefills_each_prompt_once_and_samples_what_a_full_prefill_samples(tmp_path, tiny_qwen2):
+    """2 prompts x 4 samples: each prompt less its last token runs once, generate starts the 8 rows from the shared
+    cache at the last prompt token, and the same seed samples the same completions as TRL's full prefill."""
+    from grpo_cli.train.trainer import build_trainer
+
+    recipe = load_recipe(write_recipe(tmp_path, tiny_qwen2, rewards=REWARDS, lora={"r": 4, "dropout": 0.0}))
+    trainer, prepared = build_trainer(recipe, tmp_path / "run")
+    model = trainer.accelerator.unwrap_model(trainer.model)
+    assert trainer.prefill_prompts_once
+    shapes = []
+    model.get_base_model().model.register_forward_hook(
+        lambda module, args, kwargs, out: shapes.append(tuple(kwargs["input_ids"].shape)), with_kwargs=True
+    )
+    trainer.model.train()
+    prompts = [row["prompt"] for row in prepared.dataset.select(range(2)) for _ in range(4)]
+
+    def sample(once: bool):
+        trainer.prefill_prompts_once = once
+        shapes.clear()
+        torch.manual_seed(0)
+        return trainer._generate(prompts)[1], list(shapes)
+
+    full, full_shapes = sample(False)
+    once, once_shapes = sample(True)
+    assert once == full and len(full) == 8 and any(full)
+    width = full_shapes[0][1]  # the padded prompt
+    assert full_shapes[0] == (8, width) and once_shapes[:2] == [(2, width - 1), (8, 1)]
+    assert "generate" not in vars(model), "generate is the model's own again"
+
+
 def test_a_renamed_trl_method_is_one_clear_error_at_start_up(tmp_path, tiny_llama, monkeypatch):
     """A TRL without a private method grpo overrides stops `grpo train` before the model loads: one line naming the
     TRL version, the method, what grpo uses it for and the supported range; nothing trained."""

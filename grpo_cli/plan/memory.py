@@ -93,11 +93,13 @@ def memory_plan(
     if grpo.use_vllm and device == "cpu":  # the engine in the trainer's process: static terms (vllm_memory.py)
         terms += vllm_cpu_terms(arch, held, kv_cache_space_gib(arch, recipe.data, grpo, generated))
     batch, seq = recipe.training.per_device_train_batch_size, prompt + grpo.max_completion_length
-    terms += generation_terms(grpo, arch, device, held.w, prompt, batch, generated)
+    processes, G = recipe.distributed.num_processes, grpo.num_generations
+    shared = phase_terms.shares_prompts(device, held.checkpointing, processes, batch, generated, G, prompt)
+    terms += generation_terms(grpo, arch, device, held.w, prompt, batch, generated, shared)
     activation_bytes = (phase_terms.ACT_HIDDEN, phase_terms.ACT_FFN)  # read at call time: memory_fit.py sets them
     terms += reward_model_terms(recipe.rewards, arch, held.dtype, device, generated, seq, activation_bytes)
     step = static_memory.optimizer_step_temporaries(device, held, recipe.training.optim, recipe.distributed)
-    terms += training_terms(arch, device, held, lora, step, batch, seq)
+    terms += training_terms(arch, device, held, lora, step, batch, seq, shared)
     if section is not None:  # supervised steps before GRPO: a training phase at the SFT stage's batch and length
         sft_terms = training_terms(
             arch, device, held, lora, step, section.per_device_train_batch_size, section.max_length

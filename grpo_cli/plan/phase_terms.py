@@ -41,10 +41,18 @@ ACT_HIDDEN_FP32 = 2.0
 
 
 def generation_terms(
-    grpo: GRPOSection, arch: Architecture, device: str, w: int, prompt: int, B: int, gen_batch: int
+    grpo: GRPOSection,
+    arch: Architecture,
+    device: str,
+    w: int,
+    prompt: int,
+    B: int,
+    gen_batch: int,
+    shared: tuple[int, int] | None = None,
 ) -> list[Term]:
     """The whole generation batch at once (TRL generates gen_batch completions per process), and what scores it
-    after sampling in micro-batches of B; the reward models' terms follow (reward_models.py)."""
+    after sampling in micro-batches of B; the reward models' terms follow (reward_models.py). `shared`: as for
+    training_terms, where the scoring pass runs each prompt once."""
     h, f, L, V = arch.hidden_size, arch.intermediate_size, arch.num_layers, arch.vocab_size
     S = prompt + grpo.max_completion_length
     terms: list[Term] = []
@@ -78,11 +86,16 @@ def generation_terms(
         # After sampling, TRL scores the batch without grad (reference and/or old-policy log-probs) in
         # micro-batches of B: one layer's activations and the head's tile at a time.
         chunk = CPU_VOCAB_CHUNK_SIZE if device == "cpu" else VOCAB_CHUNK_SIZE
-        rows_s, cols_s = min(B * S, TOKEN_CHUNK_SIZE), min(V, chunk)
+        tokens, scored, cache = B * S, B * S, 0.0
+        if shared is not None:  # each prompt once: fewer tokens, the completions scored, the cache repeated to B rows
+            tokens, kv_term = shared_prompt_tokens(arch, w, B, S, *shared)
+            scored, cache = B * (S - shared[1]), kv_term.bytes
+        rows_s, cols_s = min(scored, TOKEN_CHUNK_SIZE), min(V, chunk)
         scoring = (
             rows_s * chunk * w
             + (rows_s * cols_s * SCORING_TEMPORARIES * 4 if device == "cpu" else 0)
-            + B * S * (ACT_HIDDEN * h + ACT_FFN * f) * w / 4
+            + tokens * (ACT_HIDDEN * h + ACT_FFN * f) * w / 4
+            + cache
         )
         terms.append(
             Term(
@@ -105,15 +118,48 @@ def generation_terms(
     return terms
 
 
+def shares_prompts(device: str, checkpointing: bool, processes: int, B: int, rows: int, G: int, P: int):
+    """(distinct prompts in a micro-batch, prompt tokens) where the loss pass runs each prompt once (on a CPU, one
+    process, no gradient checkpointing: train/shared_prompts.py), else None. A micro-batch of B rows holds at most
+    the generation batch's `rows` / G prompts."""
+    if device != "cpu" or checkpointing or processes > 1:
+        return None
+    distinct = min(B, -(-rows // G))
+    return (distinct, P) if distinct < B and P > 1 else None
+
+
+def shared_prompt_tokens(arch: Architecture, w: int, B: int, S: int, U: int, P: int) -> tuple[int, Term]:
+    """The tokens the layers see when U distinct prompts run once (U x (P - 1) + B x (S - P + 1)), and what the rows'
+    keys and values add: their attention keeps them over all S positions, and the cache repeated to the rows lives
+    through the forward pass."""
+    T = U * (P - 1) + B * (S - P + 1)
+    L, kv_dim = arch.num_layers, arch.kv_dim
+    kv = (B * S - T) * L * ACT_KV * kv_dim * w + B * (P - 1) * L * 2 * kv_dim * w
+    formula = f"(B {B} x S {S} - T {T}) x L {L} x kv {kv_dim}, and the cache repeated to B rows"
+    return T, Term("shared prompt keys/values", kv, "training", formula)
+
+
 def training_terms(
-    arch: Architecture, device: str, held: Held, lora: LoraSection | None, step: Term | None, B: int, S: int
+    arch: Architecture,
+    device: str,
+    held: Held,
+    lora: LoraSection | None,
+    step: Term | None,
+    B: int,
+    S: int,
+    shared: tuple[int, int] | None = None,
 ) -> list[Term]:
     """One micro-batch of B sequences of S tokens: activations, the chunked head, then gradients and the optimizer
-    step's temporaries (`step`, None where it has none)."""
+    step's temporaries (`step`, None where it has none). `shared`: (distinct prompts, prompt tokens) where the loss
+    pass runs each distinct prompt once (train/shared_prompts.py): the layers then see U x (P - 1) + B x (S - P + 1)
+    tokens, the head B x (S - P) positions, and every row's keys and values still span S."""
     h, f, L, V = arch.hidden_size, arch.intermediate_size, arch.num_layers, arch.vocab_size
     w, trainable, param_bytes, mixed = held.w, held.trainable, held.param_bytes, held.mixed
     terms: list[Term] = []
     T = B * S
+    if shared is not None:
+        T, kv_term = shared_prompt_tokens(arch, w, B, S, *shared)
+        terms.append(kv_term)
     if device == "cuda":
         per_token_layer = cuda_layer_activations(arch, w)
     else:
@@ -150,6 +196,8 @@ def training_terms(
         )
 
     chunk = CPU_VOCAB_CHUNK_SIZE if device == "cpu" else VOCAB_CHUNK_SIZE
+    if shared is not None:
+        T = B * (S - shared[1])  # the head scores the rows' completion positions only
     rows, cols = min(T, TOKEN_CHUNK_SIZE), min(V, chunk)
     tile = rows * cols
     # The matmul buffer is allocated [rows, chunk] even when the vocabulary is smaller.

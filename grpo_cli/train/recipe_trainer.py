@@ -7,7 +7,7 @@
   completions all scored the same, and skips or resamples them (`grpo.zero_variance_groups`).
 - `_calculate_rewards`: keeps the gathered rewards for that decision.
 - `_get_per_token_logps_and_entropies`: each distinct prompt runs once, its key/value cache shared by its rows
-  (shared_prompts.py), where the model allows it.
+  (shared_prompts.py), where the model allows it; generation's prefill likewise, within `_generate_single_turn`.
 - `_compute_loss` and `_get_per_token_logps_and_entropies`: on-policy with vLLM, TRL's importance-sampling correction
   takes the trainer's log-probs from the loss's own forward pass instead of an extra one (vllm_correction.py).
 The loss, the optimizer and every log-prob stay TRL's. The private names used are listed and checked in
@@ -49,7 +49,8 @@ class RecipeTrainer(GRPOTrainer):
         self.correct_from_loss_pass = vllm_correction.applies(self)
         self._correction_diagnostics = vllm_correction.Diagnostics()
         self._loss_inputs = None  # the micro-batch whose loss forward is running, while it needs correcting
-        self.share_prompts = shared_prompts.applies(self)
+        self.prefill_prompts_once = shared_prompts.applies(self)
+        self.share_prompts = self.prefill_prompts_once and not self.args.gradient_checkpointing  # in the loss pass
 
     def add_phase_listener(self, listener: PhaseListener) -> None:
         self.phase_listeners.append(listener)
@@ -83,11 +84,16 @@ class RecipeTrainer(GRPOTrainer):
 
                 sync_cpu_engine(self.vllm_generation)
                 self._last_loaded_step = self.state.global_step  # TRL's own sync then sees nothing to do
-            with self.generation_context():
+            with self.generation_context(), self._prefill_context():
                 return super()._generate_single_turn(*args, **kwargs)
         finally:
             for listener in self.phase_listeners:
                 listener.round_ended()
+
+    def _prefill_context(self):
+        if not self.prefill_prompts_once:
+            return nullcontext()
+        return shared_prompts.prompts_prefilled_once(self.accelerator.unwrap_model(self.model))
 
     def _calculate_rewards(self, *args, **kwargs):
         rewards_per_func = super()._calculate_rewards(*args, **kwargs)

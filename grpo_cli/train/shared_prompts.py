@@ -1,4 +1,4 @@
-"""Each distinct prompt once in the loss's forward pass.
+"""Each distinct prompt once: in the loss's forward pass, and in generation's prefill.
 
 A GRPO batch holds every prompt `num_generations` times. TRL's forward runs the model over prompt + completion for
 every row, so with the demo's 2 prompts x 8 completions each prompt's tokens go through the model 8 times (and on a
@@ -6,33 +6,92 @@ CPU TRL's chunked LM head scores every position, the prompt's too). Here the pro
 distinct prompt and fills a key/value cache; the cache is repeated to the rows that share it, and each row runs only
 its last prompt token and its completion against it. The backward pass goes through the cache into the prompt's pass,
 so log-probs, entropies and gradients are TRL's up to float rounding (tests/test_train.py); only the work shrinks,
-from rows x (prompt + completion) tokens to prompts x prompt + rows x completion.
+from rows x (prompt + completion) tokens to prompts x prompt + rows x completion. Sampling does the same with its
+prefill: each distinct prompt fills the cache once, and generate starts the rows from it.
 
-Used where the model is one process's plain decoder with a plain cache: no gradient checkpointing (which turns the
-cache off), no sharding or DDP wrapper (two forward passes before one backward), no images, no sliding-window or
-hybrid cache. Anywhere else, and for a batch with no prompt repeated, TRL's own pass runs.
+Used on a CPU where the model is one process's plain decoder with a plain cache: no gradient checkpointing (which
+turns the cache off), no sharding or DDP wrapper (two forward passes before one backward), no images, no
+sliding-window or hybrid cache. Anywhere else, and for a batch with no prompt repeated, TRL's own pass runs: on a GPU
+because `grpo plan`'s CUDA terms are fitted to TRL's pass and this one has not been measured there. The CPU plan
+counts it (plan/phase_terms.py `shares_prompts`).
 """
 
 from __future__ import annotations
 
 import functools
 import inspect
+from contextlib import contextmanager
 
 import torch
 
 
 def applies(trainer) -> bool:
-    """Whether the trainer's loss passes can share prompts: one process, no gradient checkpointing, a text model
-    whose cache is plain."""
+    """Whether the trainer can share prompts: a CPU, one process, a text model whose cache is plain. (The loss pass
+    also needs gradient checkpointing off.)"""
     from accelerate.utils import DistributedType
 
-    if trainer.accelerator.distributed_type != DistributedType.NO or trainer.args.gradient_checkpointing:
+    accelerator = trainer.accelerator
+    if accelerator.device.type != "cpu" or accelerator.distributed_type != DistributedType.NO:
         return False
     model = trainer.accelerator.unwrap_model(trainer.model)
     config = model.config
     if getattr(config, "is_encoder_decoder", False) or config.get_text_config() is not config:
         return False  # encoder-decoder and vision-language models: their inputs are more than token ids
     return _plain_cache(config) is not None
+
+
+@contextmanager
+def prompts_prefilled_once(model):
+    """Within: `model.generate` runs each distinct prompt, less its last token, once and hands generate its cache
+    repeated to every row (TRL passes each prompt `num_generations` times); generate then starts from the last prompt
+    token. Position ids are generate's own (from the attention mask), so the sampled tokens are those of a full
+    prefill up to float rounding. Calls with anything but token ids and a mask go through unchanged."""
+    had_own = "generate" in vars(model)
+    original = model.generate
+
+    def generate(*args, **kwargs):
+        cache = None if args else _prefilled_cache(model, kwargs)
+        if cache is not None:
+            kwargs[_cache_argument(model)] = cache
+        return original(*args, **kwargs)
+
+    model.generate = generate
+    try:
+        yield
+    finally:
+        if had_own:
+            model.generate = original
+        else:
+            del model.generate
+
+
+def _prefilled_cache(model, kwargs: dict):
+    """The rows' cache after each distinct prompt's first tokens, or None where nothing is shared or the call is not
+    plain sampling from token ids."""
+    config = kwargs.get("generation_config")
+    if set(kwargs) - {"input_ids", "attention_mask", "generation_config"} or "attention_mask" not in kwargs:
+        return None
+    if config is None or config.cache_implementation is not None or (config.num_beams or 1) > 1:
+        return None
+    ids, mask = kwargs["input_ids"], kwargs["attention_mask"]
+    split = ids.size(1) - 1
+    if split < 1:
+        return None
+    firsts, inverse = distinct_rows(ids[:, :split], mask[:, :split])
+    cache = _plain_cache(model.config)
+    if len(firsts) == len(inverse) or cache is None:
+        return None
+    positions = (mask.long().cumsum(-1) - 1).masked_fill(mask == 0, 0)  # as generate numbers them
+    with torch.no_grad():
+        _backbone(model)(
+            input_ids=ids[firsts, :split],
+            attention_mask=mask[firsts, :split],
+            position_ids=positions[firsts, :split],
+            use_cache=True,
+            **{_cache_argument(model): cache},
+        )
+    cache.batch_select_indices(inverse)
+    return cache
 
 
 def per_token_logps(model, input_ids, attention_mask, logits_to_keep, batch_size, compute_entropy, autocast):
@@ -51,11 +110,10 @@ def per_token_logps(model, input_ids, attention_mask, logits_to_keep, batch_size
         ids, mask = input_ids[chunk], attention_mask[chunk]
         cache = _plain_cache(model.config)
         with autocast():
-            model(
+            _backbone(model)(
                 input_ids=ids[firsts, :split],
                 attention_mask=mask[firsts, :split],
                 use_cache=True,
-                logits_to_keep=1,
                 **{_cache_argument(model): cache},
             )
             cache.batch_select_indices(inverse)  # indexing, so the rows' gradients flow back into each prompt's pass
@@ -94,10 +152,15 @@ def _plain_cache(config):
     return cache if cache.layers and all(type(layer) is DynamicLayer for layer in cache.layers) else None
 
 
+def _backbone(model):
+    """The decoder under the output layer (PEFT's adapters are inside it): a prompt's pass needs its cache, not logits,
+    and the phase listener's hook on the causal LM (train/phases.py) counts generate's own calls only."""
+    return (model.get_base_model() if hasattr(model, "get_base_model") else model).base_model
+
+
 def _cache_argument(model) -> str:
     """The forward's name for the cache: `cache` from transformers 5.2x on, `past_key_values` before."""
-    base = model.get_base_model() if hasattr(model, "get_base_model") else model
-    return _cache_argument_of(type(base.base_model))
+    return _cache_argument_of(type(_backbone(model)))
 
 
 @functools.cache
