@@ -299,15 +299,26 @@ def test_bf16_generation_on_a_cpu_samples_through_merged_copies_and_changes_noth
         assert torch.equal(value, held[name]), name
 
 
-def test_the_loss_pass_runs_each_prompt_once_and_gives_trls_log_probs_and_gradients(tmp_path, tiny_qwen2):
+@pytest.mark.parametrize("checkpointing", [False, True], ids=["plain", "checkpointed"])
+def test_the_loss_pass_runs_each_prompt_once_and_gives_trls_log_probs_and_gradients(
+    tmp_path, tiny_qwen2, checkpointing
+):
     """2 prompts x 4 completions: the prompts (less their last token) run once each, the rows run only their last
     prompt token and completion against the shared cache, and log-probs, entropies and LoRA gradients are TRL's own
-    pass's (a padded prompt and cut-off completions included). A batch with no prompt repeated takes TRL's pass."""
+    pass's (a padded prompt and cut-off completions included), with gradient checkpointing too (the backward replays
+    each layer). A batch with no prompt repeated takes TRL's pass."""
     from grpo_cli.train.trainer import build_trainer
 
-    recipe = load_recipe(write_recipe(tmp_path, tiny_qwen2, rewards=REWARDS, lora={"r": 4, "dropout": 0.0}))
+    model_section = {"name": str(tiny_qwen2), "gradient_checkpointing": checkpointing}
+    recipe = load_recipe(
+        write_recipe(tmp_path, tiny_qwen2, rewards=REWARDS, lora={"r": 4, "dropout": 0.0}, model=model_section)
+    )
     trainer, _ = build_trainer(recipe, tmp_path / "run")
     model = trainer.accelerator.unwrap_model(trainer.model)
+    if checkpointing:  # as Trainer.train turns it on
+        model.get_base_model().gradient_checkpointing_enable(trainer.args.gradient_checkpointing_kwargs)
+    attention_calls = []  # inside layer 0's checkpointed forward: a replay in the backward calls it again
+    model.get_base_model().model.layers[0].self_attn.register_forward_pre_hook(lambda *_: attention_calls.append(1))
     with torch.no_grad():  # B starts at zero, where the adapter's gradients are A's only: give it a real delta
         for name, value in model.named_parameters():
             if "lora_B" in name:
@@ -330,6 +341,7 @@ def test_the_loss_pass_runs_each_prompt_once_and_gives_trls_log_probs_and_gradie
     def loss_pass(share: bool, ids, mask):
         trainer.share_prompts = share
         shapes.clear()
+        attention_calls.clear()
         model.zero_grad()
         logps, entropies, _ = trainer._get_per_token_logps_and_entropies(model, ids, mask, 6, compute_entropy=True)
         (logps * completion_mask).sum().backward()
@@ -341,6 +353,7 @@ def test_the_loss_pass_runs_each_prompt_once_and_gives_trls_log_probs_and_gradie
     trl_logps, trl_entropies, trl_grads, trl_shapes = loss_pass(False, ids, mask)
     logps, entropies, grads, shared_shapes = loss_pass(True, ids, mask)
     assert trl_shapes == [(8, 15)] and shared_shapes == [(2, 8), (8, 7)]
+    assert len(attention_calls) == (4 if checkpointing else 2), "with checkpointing both passes are replayed"
     assert torch.allclose(logps, trl_logps, atol=1e-5) and torch.allclose(entropies, trl_entropies, atol=1e-5)
     assert (logps[completion_mask == 0] == 0).all() and (logps[completion_mask == 1] < 0).all()
     assert grads.keys() == trl_grads.keys() and any("lora_A" in k for k in grads)
@@ -358,7 +371,7 @@ def test_sampling_prefills_each_prompt_once_and_samples_what_a_full_prefill_samp
     recipe = load_recipe(write_recipe(tmp_path, tiny_qwen2, rewards=REWARDS, lora={"r": 4, "dropout": 0.0}))
     trainer, prepared = build_trainer(recipe, tmp_path / "run")
     model = trainer.accelerator.unwrap_model(trainer.model)
-    assert trainer.prefill_prompts_once
+    assert trainer.share_prompts
     shapes = []
     model.get_base_model().model.register_forward_hook(
         lambda module, args, kwargs, out: shapes.append(tuple(kwargs["input_ids"].shape)), with_kwargs=True
@@ -367,7 +380,7 @@ def test_sampling_prefills_each_prompt_once_and_samples_what_a_full_prefill_samp
     prompts = [row["prompt"] for row in prepared.dataset.select(range(2)) for _ in range(4)]
 
     def sample(once: bool):
-        trainer.prefill_prompts_once = once
+        trainer.share_prompts = once
         shapes.clear()
         torch.manual_seed(0)
         return trainer._generate(prompts)[1], list(shapes)

@@ -94,7 +94,7 @@ def memory_plan(
         terms += vllm_cpu_terms(arch, held, kv_cache_space_gib(arch, recipe.data, grpo, generated))
     batch, seq = recipe.training.per_device_train_batch_size, prompt + grpo.max_completion_length
     processes, G = recipe.distributed.num_processes, grpo.num_generations
-    shared = phase_terms.shares_prompts(device, held.checkpointing, processes, batch, generated, G, prompt)
+    shared = phase_terms.shares_prompts(device, processes, batch, generated, G, prompt)
     terms += generation_terms(grpo, arch, device, held.w, prompt, batch, generated, shared)
     activation_bytes = (phase_terms.ACT_HIDDEN, phase_terms.ACT_FFN)  # read at call time: memory_fit.py sets them
     terms += reward_model_terms(recipe.rewards, arch, held.dtype, device, generated, seq, activation_bytes)

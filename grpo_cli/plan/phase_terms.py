@@ -118,11 +118,11 @@ def generation_terms(
     return terms
 
 
-def shares_prompts(device: str, checkpointing: bool, processes: int, B: int, rows: int, G: int, P: int):
+def shares_prompts(device: str, processes: int, B: int, rows: int, G: int, P: int):
     """(distinct prompts in a micro-batch, prompt tokens) where the loss pass runs each prompt once (on a CPU, one
-    process, no gradient checkpointing: train/shared_prompts.py), else None. A micro-batch of B rows holds at most
-    the generation batch's `rows` / G prompts."""
-    if device != "cpu" or checkpointing or processes > 1:
+    process: train/shared_prompts.py), else None. A micro-batch of B rows holds at most the generation batch's
+    `rows` / G prompts."""
+    if device != "cpu" or processes > 1:
         return None
     distinct = min(B, -(-rows // G))
     return (distinct, P) if distinct < B and P > 1 else None

@@ -49,8 +49,7 @@ class RecipeTrainer(GRPOTrainer):
         self.correct_from_loss_pass = vllm_correction.applies(self)
         self._correction_diagnostics = vllm_correction.Diagnostics()
         self._loss_inputs = None  # the micro-batch whose loss forward is running, while it needs correcting
-        self.prefill_prompts_once = shared_prompts.applies(self)
-        self.share_prompts = self.prefill_prompts_once and not self.args.gradient_checkpointing  # in the loss pass
+        self.share_prompts = shared_prompts.applies(self)  # in the loss pass and in sampling's prefill
 
     def add_phase_listener(self, listener: PhaseListener) -> None:
         self.phase_listeners.append(listener)
@@ -91,7 +90,7 @@ class RecipeTrainer(GRPOTrainer):
                 listener.round_ended()
 
     def _prefill_context(self):
-        if not self.prefill_prompts_once:
+        if not self.share_prompts:
             return nullcontext()
         return shared_prompts.prompts_prefilled_once(self.accelerator.unwrap_model(self.model))
 

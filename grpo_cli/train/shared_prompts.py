@@ -9,9 +9,12 @@ so log-probs, entropies and gradients are TRL's up to float rounding (tests/test
 from rows x (prompt + completion) tokens to prompts x prompt + rows x completion. Sampling does the same with its
 prefill: each distinct prompt fills the cache once, and generate starts the rows from it.
 
-Used on a CPU where the model is one process's plain decoder with a plain cache: no gradient checkpointing (which
-turns the cache off), no sharding or DDP wrapper (two forward passes before one backward), no images, no
-sliding-window or hybrid cache. Anywhere else, and for a batch with no prompt repeated, TRL's own pass runs: on a GPU
+Under gradient checkpointing the prompt's layers are replayed in the backward pass: their cache keeps only what the
+first pass gave it, the rows' cache is read-only, and transformers is told the layers may keep them
+(`_can_checkpoint_with_cache`); a reentrant checkpoint, which carries no gradient into a cache, takes TRL's pass.
+Used on a CPU where the model is one process's plain decoder with a plain cache: no sharding or DDP wrapper (two
+forward passes before one backward), no images, no sliding-window or hybrid cache. Anywhere else, and for a batch
+with no prompt repeated, TRL's own pass runs: on a GPU
 because `grpo plan`'s CUDA terms are fitted to TRL's pass and this one has not been measured there. The CPU plan
 counts it (plan/phase_terms.py `shares_prompts`).
 """
@@ -23,11 +26,11 @@ import inspect
 from contextlib import contextmanager
 
 import torch
+from transformers.cache_utils import DynamicLayer
 
 
 def applies(trainer) -> bool:
-    """Whether the trainer can share prompts: a CPU, one process, a text model whose cache is plain. (The loss pass
-    also needs gradient checkpointing off.)"""
+    """Whether the trainer can share prompts: a CPU, one process, a text model whose cache is plain."""
     from accelerate.utils import DistributedType
 
     accelerator = trainer.accelerator
@@ -105,26 +108,29 @@ def per_token_logps(model, input_ids, attention_mask, logits_to_keep, batch_size
     groups = [distinct_rows(input_ids[chunk, :split], attention_mask[chunk, :split]) for chunk in chunks]
     if any(len(firsts) == len(inverse) for firsts, inverse in groups):
         return None
+    if torch.is_grad_enabled() and not _cache_survives_checkpointing(model):
+        return None
     logps, entropies = [], []
     for chunk, (firsts, inverse) in zip(chunks, groups):
         ids, mask = input_ids[chunk], attention_mask[chunk]
-        cache = _plain_cache(model.config)
-        with autocast():
+        suffix = ids[:, split:]
+        labels = suffix.masked_fill(mask[:, split:] == 0, -100)
+        with autocast(), _checkpointed_with_cache(model):
+            prompts = _write_once_cache(model.config)
             _backbone(model)(
                 input_ids=ids[firsts, :split],
                 attention_mask=mask[firsts, :split],
                 use_cache=True,
-                **{_cache_argument(model): cache},
+                **{_cache_argument(model): prompts},
             )
-            cache.batch_select_indices(inverse)  # indexing, so the rows' gradients flow back into each prompt's pass
-            suffix = ids[:, split:]
-            labels = suffix.masked_fill(mask[:, split:] == 0, -100)
+            # Indexing, so the rows' gradients flow back into each prompt's pass.
+            rows = _read_only_cache(model.config, [(kv.keys[inverse], kv.values[inverse]) for kv in prompts.layers])
             outputs = model(
                 input_ids=suffix,
                 attention_mask=mask,
                 labels=labels,
                 fused_lm_head=True,
-                **{_cache_argument(model): cache},
+                **{_cache_argument(model): rows},
             )
         logps.append(outputs.log_probs)  # position j: the log-prob of completion token j
         if compute_entropy:
@@ -143,13 +149,78 @@ def distinct_rows(ids: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, 
 def _plain_cache(config):
     """An empty DynamicCache for the model, or None where any of its layers is not a plain full-attention one."""
     from transformers import DynamicCache
-    from transformers.cache_utils import DynamicLayer
 
     try:
         cache = DynamicCache(config=config)
     except Exception:  # a model type whose cache this transformers cannot build from its config
         return None
     return cache if cache.layers and all(type(layer) is DynamicLayer for layer in cache.layers) else None
+
+
+class _WriteOnceLayer(DynamicLayer):
+    """Keeps the first keys and values it is given and returns each call's own: under gradient checkpointing the
+    backward pass replays the prompt's layers, and the replay must neither store them twice nor attend to them."""
+
+    def update(self, key_states, value_states, *args, **kwargs):
+        if not self.is_initialized:
+            super().update(key_states, value_states, *args, **kwargs)
+        return key_states, value_states
+
+
+class _ReadOnlyLayer(DynamicLayer):
+    """A prompt's keys and values, repeated to its rows: each row's tokens attend to them and their own, and nothing
+    is stored, so a checkpointed layer's replay sees what its forward saw."""
+
+    def __init__(self, keys: torch.Tensor, values: torch.Tensor):
+        super().__init__()
+        self.lazy_initialization(keys, values)
+        self.keys, self.values = keys, values
+
+    def update(self, key_states, value_states, *args, **kwargs):
+        return torch.cat([self.keys, key_states], dim=-2), torch.cat([self.values, value_states], dim=-2)
+
+
+def _write_once_cache(config):
+    cache = _plain_cache(config)
+    cache.layers = [_WriteOnceLayer() for _ in cache.layers]
+    return cache
+
+
+def _read_only_cache(config, keys_values: list[tuple[torch.Tensor, torch.Tensor]]):
+    cache = _plain_cache(config)
+    cache.layers = [_ReadOnlyLayer(keys, values) for keys, values in keys_values]
+    return cache
+
+
+def _checkpointed_layers(model) -> list:
+    from transformers.modeling_layers import GradientCheckpointingLayer
+
+    layers = [m for m in _backbone(model).modules() if isinstance(m, GradientCheckpointingLayer)]
+    return [layer for layer in layers if layer.gradient_checkpointing]
+
+
+def _cache_survives_checkpointing(model) -> bool:
+    """Whether the layers, if checkpointed, can keep the caches above: transformers lets a layer keep its cache under
+    checkpointing (`_can_checkpoint_with_cache`, for caches a replay cannot change), and only a non-reentrant
+    checkpoint carries gradients into tensors the layer reads from its cache."""
+    for layer in _checkpointed_layers(model):
+        keywords = getattr(layer._gradient_checkpointing_func, "keywords", {})
+        if not hasattr(layer, "_can_checkpoint_with_cache") or keywords.get("use_reentrant") is not False:
+            return False
+    return True
+
+
+@contextmanager
+def _checkpointed_with_cache(model):
+    """Checkpointed layers keep the caches of the loss pass while it runs (the replay reuses what they were given)."""
+    layers = _checkpointed_layers(model)
+    for layer in layers:
+        layer._can_checkpoint_with_cache = True
+    try:
+        yield
+    finally:
+        for layer in layers:
+            del layer._can_checkpoint_with_cache
 
 
 def _backbone(model):
