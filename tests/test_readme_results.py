@@ -153,8 +153,8 @@ INTERVAL = f"{FLEX}paired.low {FLEX}paired.high"
 PAIRED = r"change \S+ \(paired 95% ([-+][\d.]+) to ([-+][\d.]+)"  # demo_heldout.py's interval of a change
 ACCURACY = r"base ([\d.]+) -> trained ([\d.]+), " + PAIRED + r"(?:; fixed (\d+), broken (\d+))?"
 DEMO42, DEMO43 = (newest(rf"(?s)demo\.yaml seed {seed}:.*?flexible-extract: " + ACCURACY) for seed in (42, 43))
-STEPS = (  # train_overhead.py's two lines: grpo train, then plain TRL left to TRL's defaults
-    r"(?s:.*?)grpo train +: median step +([\d.]+) s .*peak RSS ([\d.]+) GiB\n"
+STEPS = (  # train_overhead.py's lines: grpo train, then plain TRL left to TRL's defaults (after float32's, if run)
+    r"(?s:.*?)grpo train +: median step +([\d.]+) s .*peak RSS ([\d.]+) GiB\n(?:plain TRL, float32 .*\n)?"
     r"plain TRL, TRL's default bf16 : median step +([\d.]+) s .*peak RSS ([\d.]+) GiB"
 )
 SEED42 = newest(rf"^42 +\d+ +{DEMO_STEPS} +([\d.]+) -> ([\d.]+) +([\d.]+) -> ([\d.]+) +([\d.]+) -> ([\d.]+)$")
@@ -212,8 +212,17 @@ SPECS = {  # a phrase of the row's `what` cell: the figures of its result cell
     ),
     "`grpo train` against a plain TRL script": (
         F(OVERHEAD, r"At (\d+) x (\d+) tokens", "({} x {} tokens, checkpointing)"),
-        F(OVERHEAD, "widening at load" + STEPS, "{:.1f} s and {:.2f} GiB peak RSS against {:.1f} s and {:.2f} GiB"),
-        F(OVERHEAD, "now samples 2 x 8" + STEPS, "step: {:.2f} s and {:.2f} GiB against {:.2f} s and {:.2f} GiB"),
+        F(
+            OVERHEAD,
+            "GSM8K step at 77f4dc2" + STEPS,
+            "{:.1f} s and {:.2f} GiB peak RSS against {:.1f} s and {:.2f} GiB",
+        ),
+        F(OVERHEAD, r"At 35727eb \(" + STEPS, "step: {:.2f} s and {:.2f} GiB against {:.2f} s and {:.2f} GiB"),
+        F(
+            OVERHEAD,
+            r"At 35727eb \((?s:.*?)--plain \"plain TRL, float32\"(?s:.*?)step time ([\d.]+)",
+            "float32 on both sides, {:.2f}x",
+        ),
     ),
     "Generation on vLLM": (
         F(ENGINE, r"speed ratio \(vllm / transformers\): ([\d.]+)x", "{}x the tokens/s"),
