@@ -279,17 +279,15 @@ def test_bf16_generation_on_a_cpu_samples_through_merged_copies_and_changes_noth
             layer.lora_B["default"].weight.normal_(std=0.1)
     held = {k: v.clone() for k, v in model.named_parameters()}
     ids = torch.randint(0, model.config.vocab_size, (2, 10))
-    torch_multinomial = torch.multinomial
     with torch.no_grad():
         with trainer.inference_context():  # PEFT's forward under the same autocast: what the loss sees
             unmerged = model(input_ids=ids).logits.float()
         with trainer.generation_context():
             patched = sum("forward" in vars(m) for m in lora_layers)
             merged = model(input_ids=ids).logits.float()
-            one_draw = torch.multinomial is not torch_multinomial  # categorical_sampling.py while sampling
         with trainer.inference_context(), model.disable_adapter():
             plain = model(input_ids=ids).logits.float()
-    assert patched == len(lora_layers) > 0 and one_draw and torch.multinomial is torch_multinomial
+    assert patched == len(lora_layers) > 0
     assert (merged - unmerged).abs().max() < 0.1 * (plain - unmerged).abs().max(), "the copies carry the adapter"
     seen = []
     model.get_base_model().register_forward_hook(lambda *_: seen.append(all("forward" in vars(m) for m in lora_layers)))

@@ -88,10 +88,8 @@ def adapter_merged_copy(model, dtype):
 @contextmanager
 def merged_copies_under_autocast(model, dtype):
     """One generation round on a CPU under autocast: the frozen weights' autocast and output-layer cast
-    (frozen_weights.py), each adapted layer sampling with its merged copy, one uniform draw per sampled token
-    (categorical_sampling.py)."""
-    from grpo_cli.train.categorical_sampling import one_draw_per_row
+    (frozen_weights.py), each adapted layer sampling with its merged copy."""
     from grpo_cli.train.frozen_weights import generating_under_autocast
 
-    with generating_under_autocast(model, dtype), adapter_merged_copy(model, dtype), one_draw_per_row():
+    with generating_under_autocast(model, dtype), adapter_merged_copy(model, dtype):
         yield
