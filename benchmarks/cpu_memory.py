@@ -212,7 +212,7 @@ def main() -> None:
             row = {
                 "config": config,
                 "allocator": allocator,
-                "overrides": CONFIGS[config][1],
+                "overrides": [o.replace(str(QWEN), "$M") for o in CONFIGS[config][1]],  # no machine path kept
                 **r,
                 "date": time.strftime("%Y-%m-%d"),
             }

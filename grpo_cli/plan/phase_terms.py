@@ -118,6 +118,16 @@ def generation_terms(
     return terms
 
 
+def merged_copies_term(arch: Architecture, lora: LoraSection) -> Term:
+    """On a CPU under autocast each adapted Linear samples with a merged copy in the autocast dtype
+    (train/merged_generation.py adapter_merged_copy), and the output layer with one cast copy of its weight
+    (train/frozen_weights.py output_layer_cast_once); both are dropped when sampling ends."""
+    n = arch.num_layers * sum(i * o for _, i, o in arch.adapted_shapes(lora.target_modules))
+    head = arch.vocab_size * arch.hidden_size
+    formula = f"({n / 1e6:.0f}M adapted weights + V x h {head / 1e6:.0f}M output layer) x 2 B, while sampling"
+    return Term("sampling weight copies", (n + head) * 2, "generation", formula)
+
+
 def shares_prompts(device: str, processes: int, B: int, rows: int, G: int, P: int):
     """(distinct prompts in a micro-batch, prompt tokens) where the loss pass runs each prompt once (on a CPU, one
     process: train/shared_prompts.py), else None. A micro-batch of B rows holds at most the generation batch's
