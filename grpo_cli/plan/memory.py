@@ -96,9 +96,7 @@ def memory_plan(
     processes, G = recipe.distributed.num_processes, grpo.num_generations
     shared = phase_terms.shares_prompts(device, processes, batch, generated, G, prompt)
     terms += generation_terms(grpo, arch, device, held.w, prompt, batch, generated, shared)
-    sampler_copies = lora is not None and lora.dropout == 0 and held.mixed != "no" and not held.quantized
-    if device == "cpu" and sampler_copies and not grpo.use_vllm:  # a dropout that acts keeps PEFT's forward
-        terms.append(phase_terms.merged_copies_term(arch, lora))
+    terms += phase_terms.sampling_copies_terms(arch, device, held, lora, grpo)
     activation_bytes = (phase_terms.ACT_HIDDEN, phase_terms.ACT_FFN)  # read at call time: memory_fit.py sets them
     terms += reward_model_terms(recipe.rewards, arch, held.dtype, device, generated, seq, activation_bytes)
     step = static_memory.optimizer_step_temporaries(device, held, recipe.training.optim, recipe.distributed)

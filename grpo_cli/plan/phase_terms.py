@@ -118,14 +118,16 @@ def generation_terms(
     return terms
 
 
-def merged_copies_term(arch: Architecture, lora: LoraSection) -> Term:
-    """On a CPU under autocast each adapted Linear samples with a merged copy in the autocast dtype
-    (train/merged_generation.py adapter_merged_copy), and the output layer with one cast copy of its weight
-    (train/frozen_weights.py output_layer_cast_once); both are dropped when sampling ends."""
+def sampling_copies_terms(arch: Architecture, device: str, held: Held, lora: LoraSection | None, grpo: GRPOSection):
+    """On a CPU under autocast, LoRA without an acting dropout and without vLLM, each adapted Linear samples with a
+    merged copy in the autocast dtype (train/merged_generation.py adapter_merged_copy), and the output layer with one
+    cast copy of its weight (train/frozen_weights.py output_layer_cast_once); both are dropped when sampling ends."""
+    if device != "cpu" or lora is None or lora.dropout != 0 or held.mixed == "no" or held.quantized or grpo.use_vllm:
+        return []
     n = arch.num_layers * sum(i * o for _, i, o in arch.adapted_shapes(lora.target_modules))
     head = arch.vocab_size * arch.hidden_size
     formula = f"({n / 1e6:.0f}M adapted weights + V x h {head / 1e6:.0f}M output layer) x 2 B, while sampling"
-    return Term("sampling weight copies", (n + head) * 2, "generation", formula)
+    return [Term("sampling weight copies", (n + head) * 2, "generation", formula)]
 
 
 def shares_prompts(device: str, processes: int, B: int, rows: int, G: int, P: int):
@@ -206,12 +208,11 @@ def training_terms(
         )
 
     chunk = CPU_VOCAB_CHUNK_SIZE if device == "cpu" else VOCAB_CHUNK_SIZE
-    if shared is not None:
-        T = B * (S - shared[1])  # the head scores the rows' completion positions only
-    rows, cols = min(T, TOKEN_CHUNK_SIZE), min(V, chunk)
+    scored = T if shared is None else B * (S - shared[1])  # shared: the head scores the completions only
+    rows, cols = min(scored, TOKEN_CHUNK_SIZE), min(V, chunk)
     tile = rows * cols
     # The matmul buffer is allocated [rows, chunk] even when the vocabulary is smaller.
-    head = rows * chunk * w + T * h * 4  # + the float32 accumulator of the hidden-state gradient
+    head = rows * chunk * w + scored * h * 4  # + the float32 accumulator of the hidden-state gradient
     head_formula = f"mm buffer {rows} x {chunk} x {w} B + float32 hidden grad"
     if device == "cpu":
         head += CPU_HEAD_TEMPORARIES * tile * 4

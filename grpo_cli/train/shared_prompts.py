@@ -14,9 +14,8 @@ first pass gave it, the rows' cache is read-only, and transformers is told the l
 (`_can_checkpoint_with_cache`); a reentrant checkpoint, which carries no gradient into a cache, takes TRL's pass.
 Used on a CPU where the model is one process's plain decoder with a plain cache: no sharding or DDP wrapper (two
 forward passes before one backward), no images, no sliding-window or hybrid cache. Anywhere else, and for a batch
-with no prompt repeated, TRL's own pass runs: on a GPU
-because `grpo plan`'s CUDA terms are fitted to TRL's pass and this one has not been measured there. The CPU plan
-counts it (plan/phase_terms.py `shares_prompts`).
+with no prompt repeated, TRL's own pass runs: on a GPU because `grpo plan`'s CUDA terms are fitted to TRL's pass and
+this one has not been measured there. The CPU plan counts it (plan/phase_terms.py `shares_prompts`).
 """
 
 from __future__ import annotations
@@ -86,13 +85,7 @@ def _prefilled_cache(model, kwargs: dict):
         return None
     positions = (mask.long().cumsum(-1) - 1).masked_fill(mask == 0, 0)  # as generate numbers them
     with torch.no_grad():
-        _backbone(model)(
-            input_ids=ids[firsts, :split],
-            attention_mask=mask[firsts, :split],
-            position_ids=positions[firsts, :split],
-            use_cache=True,
-            **{_cache_argument(model): cache},
-        )
+        _fill(model, cache, ids[firsts, :split], mask[firsts, :split], position_ids=positions[firsts, :split])
     cache.batch_select_indices(inverse)
     return cache
 
@@ -117,12 +110,7 @@ def per_token_logps(model, input_ids, attention_mask, logits_to_keep, batch_size
         labels = suffix.masked_fill(mask[:, split:] == 0, -100)
         with autocast(), _checkpointed_with_cache(model):
             prompts = _write_once_cache(model.config)
-            _backbone(model)(
-                input_ids=ids[firsts, :split],
-                attention_mask=mask[firsts, :split],
-                use_cache=True,
-                **{_cache_argument(model): prompts},
-            )
+            _fill(model, prompts, ids[firsts, :split], mask[firsts, :split])
             # Indexing, so the rows' gradients flow back into each prompt's pass.
             rows = _read_only_cache(model.config, [(kv.keys[inverse], kv.values[inverse]) for kv in prompts.layers])
             outputs = model(
@@ -136,6 +124,11 @@ def per_token_logps(model, input_ids, attention_mask, logits_to_keep, batch_size
         if compute_entropy:
             entropies.append(outputs.entropy)
     return torch.cat(logps), torch.cat(entropies) if compute_entropy else None, None
+
+
+def _fill(model, cache, ids, mask, **extra) -> None:
+    """Run the prompts through the decoder (no output layer: only their cache is wanted) into `cache`."""
+    _backbone(model)(input_ids=ids, attention_mask=mask, use_cache=True, **extra, **{_cache_argument(model): cache})
 
 
 def distinct_rows(ids: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
