@@ -9,6 +9,7 @@ import signal
 import subprocess
 import sys
 import time
+from contextlib import nullcontext
 from pathlib import Path
 
 import pytest
@@ -391,6 +392,31 @@ def test_sampling_prefills_each_prompt_once_and_samples_what_a_full_prefill_samp
     width = full_shapes[0][1]  # the padded prompt
     assert full_shapes[0] == (8, width) and once_shapes[:2] == [(2, width - 1), (8, 1)]
     assert "generate" not in vars(model), "generate is the model's own again"
+
+
+def test_sampling_on_a_cpu_takes_torchs_draws_in_bulk_and_samples_what_torch_samples(tmp_path, tiny_qwen2, monkeypatch):
+    """A generation round on a CPU draws each token through torch_draws.py: the same completions as torch.multinomial's
+    at the same seed, and the same random numbers after them."""
+    from grpo_cli.train import torch_draws
+    from grpo_cli.train.trainer import build_trainer
+
+    recipe = load_recipe(write_recipe(tmp_path, tiny_qwen2, rewards=REWARDS, lora={"r": 4, "dropout": 0.0}))
+    trainer, prepared = build_trainer(recipe, tmp_path / "run")
+    prompts = [row["prompt"] for row in prepared.dataset.select(range(2)) for _ in range(4)]
+    drawn, draw = [], torch_draws.draw
+    monkeypatch.setattr(torch_draws, "draw", lambda *args: drawn.append(draw(*args)) or drawn[-1])
+    trainer.model.train()
+
+    def sample(in_bulk: bool):
+        trainer._draws_context = torch_draws.drawn_in_bulk if in_bulk else nullcontext
+        torch.manual_seed(0)
+        return trainer._generate(prompts)[1], torch.rand(4)
+
+    ours, after_ours = sample(True)
+    taken = len(drawn)
+    torchs, after_torchs = sample(False)
+    assert taken > 0 and all(d is not None for d in drawn) and len(drawn) == taken
+    assert ours == torchs and len(ours) == 8 and any(ours) and torch.equal(after_ours, after_torchs)
 
 
 def test_a_renamed_trl_method_is_one_clear_error_at_start_up(tmp_path, tiny_llama, monkeypatch):

@@ -204,6 +204,20 @@ def narrow_head_tiles() -> None:
 
 
 @contextmanager
+def torch_multinomial(replacement):
+    """While grpo samples on a CPU: `torch.multinomial`, which transformers' sampling loop calls at every step, is
+    `replacement` (train/torch_draws.py says why)."""
+    import torch
+
+    original = torch.multinomial
+    torch.multinomial = replacement
+    try:
+        yield
+    finally:
+        torch.multinomial = original
+
+
+@contextmanager
 def trl_engine_options(options: dict):
     """While TRL builds its colocated vLLM engine (in GRPOTrainer's constructor): the engine starts with `options`,
     which TRL does not pass (train/vllm_cpu.py says why they matter on a CPU)."""

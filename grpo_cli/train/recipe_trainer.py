@@ -7,7 +7,8 @@
   completions all scored the same, and skips or resamples them (`grpo.zero_variance_groups`).
 - `_calculate_rewards`: keeps the gathered rewards for that decision.
 - `_get_per_token_logps_and_entropies`: each distinct prompt runs once, its key/value cache shared by its rows
-  (shared_prompts.py), where the model allows it; generation's prefill likewise, within `_generate_single_turn`.
+  (shared_prompts.py), where the model allows it; generation's prefill likewise, within `_generate_single_turn`,
+  where on a CPU each sampled token also takes torch.multinomial's own draw at a fraction of its cost (torch_draws.py).
 - `_compute_loss` and `_get_per_token_logps_and_entropies`: on-policy with vLLM, TRL's importance-sampling correction
   takes the trainer's log-probs from the loss's own forward pass instead of an extra one (vllm_correction.py).
 The loss, the optimizer and every log-prob stay TRL's. The private names used are listed and checked in
@@ -21,7 +22,7 @@ from contextlib import nullcontext
 from trl import GRPOTrainer
 
 from grpo_cli.libraries import seams
-from grpo_cli.train import shared_prompts, vllm_correction, zero_variance
+from grpo_cli.train import shared_prompts, torch_draws, vllm_correction, zero_variance
 from grpo_cli.train.phases import PhaseListener
 
 
@@ -83,7 +84,7 @@ class RecipeTrainer(GRPOTrainer):
 
                 sync_cpu_engine(self.vllm_generation)
                 self._last_loaded_step = self.state.global_step  # TRL's own sync then sees nothing to do
-            with self.generation_context(), self._prefill_context():
+            with self.generation_context(), self._prefill_context(), self._draws_context():
                 return super()._generate_single_turn(*args, **kwargs)
         finally:
             for listener in self.phase_listeners:
@@ -93,6 +94,12 @@ class RecipeTrainer(GRPOTrainer):
         if not self.share_prompts:
             return nullcontext()
         return shared_prompts.prompts_prefilled_once(self.accelerator.unwrap_model(self.model))
+
+    def _draws_context(self):
+        """On a CPU, transformers' sampling takes torch.multinomial's own draws at a fraction of their cost."""
+        if self.use_vllm or self.accelerator.device.type != "cpu":
+            return nullcontext()
+        return torch_draws.drawn_in_bulk()
 
     def _calculate_rewards(self, *args, **kwargs):
         rewards_per_func = super()._calculate_rewards(*args, **kwargs)

@@ -1,0 +1,133 @@
+"""torch.multinomial's own draws on a CPU, without its cost of one exponential per vocabulary entry.
+
+For one sample from each row of float32 weights p, torch.multinomial fills q with an exponential per entry, one at a
+time (q = -log1p(-u), u from the low 53 bits of a 64-bit draw of the CPU generator's Mersenne Twister), and returns
+argmax(p / q). That costs about 16 ns an entry: 38 ms at every decode step for Qwen2.5's 151,936 entries and 16 rows,
+a quarter of a 0.5B model's sampling in a training step (benchmarks/train_overhead.txt). Here the same 64-bit draws
+come from `random_` on an int64 tensor (about 3 ns an entry; it keeps those 53 bits). Since q >= u, p / u bounds an
+entry's ratio from above, so only the few entries whose bound reaches the likeliest entry's ratio can win, and only
+those become exponentials, as torch makes them (log1p in double, rounded to float32, p / q in float32, the first
+maximum). The tokens, and the generator's state after them, are torch's: a run samples what it sampled before
+(tests/test_torch_draws.py). A check at first use falls back to torch's own if this torch draws otherwise.
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+from contextlib import contextmanager
+
+import numpy as np
+import torch
+
+from grpo_cli.libraries import seams
+
+_TOP = 2.0**-21  # the weight of the lowest of u's top 21 bits
+_HIGH_WORD = 1 if sys.byteorder == "little" else 0  # of the two 32-bit words of an int64
+_verified: bool | None = None  # the first-use check's answer
+
+
+@contextmanager
+def drawn_in_bulk():
+    """Within: `torch.multinomial`, as transformers' sampling loop calls it (one sample from each row of float32
+    weights), returns torch's own draws computed here; every other call, and any this torch would draw otherwise, goes
+    to torch's own."""
+    original = torch.multinomial
+    workspaces: dict[torch.Size, _Workspace] = {}
+
+    def multinomial(input, num_samples, replacement=False, *, generator=None, out=None):
+        if num_samples == 1 and out is None and _verified_here(original):
+            drawn = draw(input, generator, workspaces)
+            if drawn is not None:
+                return drawn
+        return original(input, num_samples, replacement, generator=generator, out=out)
+
+    with seams.torch_multinomial(multinomial):
+        yield
+
+
+class _Workspace:
+    """The tensors one shape of weights needs, kept from one decode step to the next: fresh ones of 10-20 MB cost
+    about as much in page faults as the arithmetic on them."""
+
+    def __init__(self, shape: torch.Size):
+        self.draws = torch.empty(shape, dtype=torch.int64)
+        self.top = torch.empty(shape, dtype=torch.int32)
+        self.bound = torch.empty(shape, dtype=torch.float32)
+        self.scratch = torch.empty(shape, dtype=torch.float32)
+        self.reach = torch.empty(shape, dtype=torch.bool)
+
+
+def draw(weights: torch.Tensor, generator: torch.Generator | None = None, workspaces: dict | None = None):
+    """torch.multinomial(weights, 1, generator=generator) for 2-D float32 CPU `weights`, the generator advanced the
+    same way: [rows, 1] int64. None, with the generator untouched, where torch must answer (other inputs, a weight
+    torch refuses, a draw of exactly 0). `workspaces` keeps the tensors by shape from call to call."""
+    if weights.dim() != 2 or weights.dtype != torch.float32 or weights.device.type != "cpu" or weights.numel() == 0:
+        return None
+    if not _acceptable(weights):
+        return None
+    generator = generator if generator is not None else torch.default_generator
+    p = weights.detach().contiguous()
+    work = (workspaces or {}).get(p.shape) or _Workspace(p.shape)
+    if workspaces is not None:
+        workspaces[p.shape] = work
+    before = generator.get_state()
+    work.draws.random_(generator=generator)  # torch's 64-bit draws: the generator moves as torch.multinomial's
+    # top: bits 32..52 of each draw, the top 21 of u's 53, so that u >= top * 2**-21 and p / q <= p / (top * 2**-21).
+    high_words = work.draws.view(torch.int32)[..., _HIGH_WORD::2]
+    torch.bitwise_and(high_words, 0x1FFFFF, out=work.top)
+    torch.add(work.top, 1, out=work.scratch)  # (top + 1) * 2**-21 > u: p / (top + 1) ranks entries near p / u
+    torch.div(p, work.scratch, out=work.bound)
+    bits, weight = work.draws.numpy(), p.numpy()
+    # Each row's floor: the better ratio of two likely winners, its likeliest entry and the best p / (top + 1).
+    likely = zip(p.max(-1).indices.tolist(), work.bound.max(-1).indices.tolist())
+    floors = [
+        max(_ratio(weight[r, j], bits[r, j]), _ratio(weight[r, k], bits[r, k])) for r, (j, k) in enumerate(likely)
+    ]
+    if not all(math.isfinite(floor) for floor in floors):  # a draw of exactly 0 (2**-53 an entry)
+        generator.set_state(before)
+        return None
+    # The entries whose bound reaches their row's floor, with room for two float32 roundings: only they can win.
+    scale = torch.tensor(floors, dtype=torch.float32).mul_((1 - 1e-6) * _TOP).unsqueeze(1)
+    torch.mul(work.top, scale, out=work.scratch)
+    torch.ge(p, work.scratch, out=work.reach)
+    best: dict[int, tuple[float, int]] = {}
+    for r, i in torch.nonzero(work.reach).tolist():  # row-major: a tie keeps the first index, as torch.argmax
+        ratio = _ratio(weight[r, i], bits[r, i])
+        if math.isnan(ratio):  # a zero weight met a draw of exactly 0: torch.argmax would take the NaN
+            generator.set_state(before)
+            return None
+        if r not in best or ratio > best[r][0]:
+            best[r] = (ratio, i)
+    if len(best) != p.shape[0]:  # the row's floor entry is always among them; never leave a row undrawn regardless
+        generator.set_state(before)
+        return None
+    return torch.tensor([best[r][1] for r in range(p.shape[0])], dtype=torch.int64).unsqueeze(1)
+
+
+def _ratio(p: np.float32, draw: np.int64) -> float:
+    """p / q in float32, with q the exponential torch makes from `draw`: log1p in double (libm's, as torch's)."""
+    u = (int(draw) & ((1 << 53) - 1)) * 2.0**-53
+    q = np.float32(-math.log1p(-u))
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return float(np.float32(p) / q)
+
+
+def _acceptable(weights: torch.Tensor) -> bool:
+    """What torch.multinomial accepts: finite, non-negative, some weight in each row."""
+    return bool(((weights.max() < math.inf) & (weights.min() >= 0) & (weights.sum(-1) > 0).all()).item())
+
+
+def _verified_here(original) -> bool:
+    """Once a process: these draws and torch's agree on a small case, tokens and the state after."""
+    global _verified
+    if _verified is None:
+        weights = torch.softmax(torch.randn(4, 3000, generator=torch.Generator().manual_seed(0)) * 4, -1)
+        ours, theirs = torch.Generator().manual_seed(1), torch.Generator().manual_seed(1)
+        drawn = draw(weights, ours)
+        _verified = (
+            drawn is not None
+            and torch.equal(drawn, original(weights, 1, generator=theirs))
+            and torch.equal(ours.get_state(), theirs.get_state())
+        )
+    return _verified
