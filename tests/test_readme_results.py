@@ -212,15 +212,15 @@ SPECS = {  # a phrase of the row's `what` cell: the figures of its result cell
     ),
     "`grpo train` against a plain TRL script": (
         F(OVERHEAD, r"At (\d+) x (\d+) tokens", "({} x {} tokens, checkpointing)"),
+        F(OVERHEAD, r"At fae3e13 \(" + STEPS, "{:.1f} s and {:.2f} GiB peak RSS against {:.1f} s and {:.2f} GiB"),
         F(
             OVERHEAD,
-            "GSM8K step at 77f4dc2" + STEPS,
-            "{:.1f} s and {:.2f} GiB peak RSS against {:.1f} s and {:.2f} GiB",
+            r"At fae3e13 \((?s:.*?)\(recipes/demo.yaml\)" + STEPS,
+            "step: {:.2f} s and {:.2f} GiB against {:.2f} s and {:.2f} GiB",
         ),
-        F(OVERHEAD, r"At 35727eb \(" + STEPS, "step: {:.2f} s and {:.2f} GiB against {:.2f} s and {:.2f} GiB"),
         F(
             OVERHEAD,
-            r"At 35727eb \((?s:.*?)--plain \"plain TRL, float32\"(?s:.*?)step time ([\d.]+)",
+            r"--rounds 3 --plain \"plain TRL, float32\"(?s:.*?)step time ([\d.]+)",
             "float32 on both sides, {:.2f}x",
         ),
     ),
