@@ -1,10 +1,12 @@
-"""torch.multinomial's draw against grpo's bulk computation of the same draw (grpo_cli/train/torch_draws.py), as
+"""torch.multinomial's draw against grpo's bulk computation of the same draw (grpo_cli/generation/torch_draws.py), as
 transformers' sampling loop calls it at every decode step: one token from each row of float32 probabilities.
 
 Shapes: 16 rows of Qwen2.5's 151,936-entry vocabulary (the 0.5B GSM8K configuration of train_overhead.py) and 16 rows
 of SmolLM2's 49,152 (the demo: 2 prompts x 8 completions). Rows are softmaxes of Gaussian logits from flat (scale
 0.5) to near one-hot (scale 12). Each variant draws `--calls` times from a generator seeded alike; every draw and the
 generator's state after it must be torch's, or the script says so and exits 1. Prints the median milliseconds a call.
+Then the same 16 rows one at a time, each with a generator of its own, as grpo eval's seeded sampling draws them
+(grpo_cli/generation/sampling.py): torch.multinomial on each 1-D row against `one_row`.
 
     python benchmarks/torch_draws.py [--calls 40]
 """
@@ -21,7 +23,7 @@ import torch
 
 sys.path.append(str(Path(__file__).resolve().parent.parent))
 
-from grpo_cli.train.torch_draws import draw  # noqa: E402
+from grpo_cli.generation.torch_draws import draw, one_row  # noqa: E402
 
 SHAPES = {"Qwen2.5 (16 x 151,936)": (16, 151936), "SmolLM2 (16 x 49,152)": (16, 49152)}
 SCALES = (0.5, 3.0, 12.0)
@@ -34,6 +36,10 @@ def median_ms(calls: int, function, *args) -> float:
         function(*args)
         times.append(time.perf_counter() - start)
     return 1000 * statistics.median(times)
+
+
+def each_row(multinomial, probs, generators) -> list:
+    return [multinomial(row, 1, generator=g) for row, g in zip(probs, generators)]
 
 
 def main() -> int:
@@ -56,6 +62,23 @@ def main() -> int:
                 f"{name:24s} logit scale {scale:4.1f}: torch.multinomial {theirs:6.2f} ms, in bulk {bulk:6.2f} ms "
                 f"({bulk / theirs:.2f}x), the same draws"
             )
+    for name, shape in SHAPES.items():
+        probs = torch.softmax(torch.randn(shape, generator=torch.Generator().manual_seed(0)) * 3.0, -1)
+        ours = [torch.Generator().manual_seed(row) for row in range(shape[0])]
+        torchs = [torch.Generator().manual_seed(row) for row in range(shape[0])]
+        for _ in range(args.calls):
+            mine = torch.cat([one_row(row, g) for row, g in zip(probs, ours)])
+            if not torch.equal(
+                mine, torch.cat([torch.multinomial(row, 1, generator=g) for row, g in zip(probs, torchs)])
+            ):
+                print(f"{name}, one row at a time: a draw differs from torch's")
+                return 1
+        theirs = median_ms(args.calls, each_row, torch.multinomial, probs, torchs)
+        bulk = median_ms(args.calls, each_row, lambda row, _, generator: one_row(row, generator), probs, ours)
+        print(
+            f"{name:24s} one row at a time  : torch.multinomial {theirs:6.2f} ms, in bulk {bulk:6.2f} ms "
+            f"({bulk / theirs:.2f}x) for the 16 rows, the same draws"
+        )
     return 0
 
 

@@ -1,4 +1,4 @@
-"""torch.multinomial's own draws, computed in bulk (grpo_cli/train/torch_draws.py): the same tokens and the same
+"""torch.multinomial's own draws, computed in bulk (grpo_cli/generation/torch_draws.py): the same tokens and the same
 generator state after them as torch's, for flat and peaked rows, zero weights, unnormalised rows, the default
 generator and a given one; torch's own refusals and every other call left to torch."""
 
@@ -7,8 +7,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from grpo_cli.train import torch_draws
-from grpo_cli.train.torch_draws import draw, drawn_in_bulk
+from grpo_cli.generation import torch_draws
+from grpo_cli.generation.torch_draws import draw, drawn_in_bulk, one_row
 
 
 def weights_for(case: int) -> torch.Tensor:
@@ -44,6 +44,16 @@ def test_the_default_generator_moves_as_torchs():
     after_ours = torch.rand(5)
     torch.manual_seed(3)
     assert torch.equal(ours, torch.multinomial(weights, 1)) and torch.equal(after_ours, torch.rand(5))
+
+
+def test_one_row_draws_as_torch_draws_a_1d_row():
+    """grpo eval's seeded sampling: each row with its own generator, torch's tokens and states."""
+    weights = weights_for(13)
+    ours, torchs = torch.Generator().manual_seed(5), torch.Generator().manual_seed(5)
+    for row in weights.repeat(3, 1):
+        drawn = one_row(row, ours)
+        assert drawn.shape == (1,) and torch.equal(drawn, torch.multinomial(row, 1, generator=torchs))
+        assert torch.equal(ours.get_state(), torchs.get_state())
 
 
 def test_draws_follow_the_weights():

@@ -397,7 +397,7 @@ def test_sampling_prefills_each_prompt_once_and_samples_what_a_full_prefill_samp
 def test_sampling_on_a_cpu_takes_torchs_draws_in_bulk_and_samples_what_torch_samples(tmp_path, tiny_qwen2, monkeypatch):
     """A generation round on a CPU draws each token through torch_draws.py: the same completions as torch.multinomial's
     at the same seed, and the same random numbers after them."""
-    from grpo_cli.train import torch_draws
+    from grpo_cli.generation import torch_draws
     from grpo_cli.train.trainer import build_trainer
 
     recipe = load_recipe(write_recipe(tmp_path, tiny_qwen2, rewards=REWARDS, lora={"r": 4, "dropout": 0.0}))

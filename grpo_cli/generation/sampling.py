@@ -40,7 +40,9 @@ def draw(logits, sampling: Sampling, generators: list):
         above = ranked.cumsum(-1) - ranked  # the mass ranked above each token: the first one is always kept
         ranked = ranked.masked_fill(above >= sampling.top_p, 0.0)
         probs = torch.zeros_like(probs).scatter(-1, order, ranked)
-    return torch.cat([torch.multinomial(row, 1, generator=g) for row, g in zip(probs, generators)])
+    from grpo_cli.generation.torch_draws import one_row
+
+    return torch.cat([one_row(row, g) for row, g in zip(probs, generators)])  # torch.multinomial's own draws
 
 
 def generator_for(seed: int, device):

@@ -206,7 +206,7 @@ def narrow_head_tiles() -> None:
 @contextmanager
 def torch_multinomial(replacement):
     """While grpo samples on a CPU: `torch.multinomial`, which transformers' sampling loop calls at every step, is
-    `replacement` (train/torch_draws.py says why)."""
+    `replacement` (generation/torch_draws.py says why)."""
     import torch
 
     original = torch.multinomial

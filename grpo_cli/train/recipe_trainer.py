@@ -21,8 +21,9 @@ from contextlib import nullcontext
 
 from trl import GRPOTrainer
 
+from grpo_cli.generation import torch_draws
 from grpo_cli.libraries import seams
-from grpo_cli.train import shared_prompts, torch_draws, vllm_correction, zero_variance
+from grpo_cli.train import shared_prompts, vllm_correction, zero_variance
 from grpo_cli.train.phases import PhaseListener
 
 

@@ -9,6 +9,8 @@ entry's ratio from above, so only the few entries whose bound reaches the likeli
 those become exponentials, as torch makes them (log1p in double, rounded to float32, p / q in float32, the first
 maximum). The tokens, and the generator's state after them, are torch's: a run samples what it sampled before
 (tests/test_torch_draws.py). A check at first use falls back to torch's own if this torch draws otherwise.
+Used by `grpo train`'s sampling on a CPU (`drawn_in_bulk`, train/recipe_trainer.py) and by grpo eval's seeded
+sampling, row by row (`one_row`, sampling.py).
 """
 
 from __future__ import annotations
@@ -25,6 +27,8 @@ from grpo_cli.libraries import seams
 _TOP = 2.0**-21  # the weight of the lowest of u's top 21 bits
 _HIGH_WORD = 1 if sys.byteorder == "little" else 0  # of the two 32-bit words of an int64
 _verified: bool | None = None  # the first-use check's answer
+_TORCH_MULTINOMIAL = torch.multinomial  # torch's own, whatever a context later puts in its place
+_ROW_WORKSPACES: dict = {}  # for one-row draws (grpo eval's seeded sampling): one shape, a few MB
 
 
 @contextmanager
@@ -36,7 +40,7 @@ def drawn_in_bulk():
     workspaces: dict[torch.Size, _Workspace] = {}
 
     def multinomial(input, num_samples, replacement=False, *, generator=None, out=None):
-        if num_samples == 1 and out is None and _verified_here(original):
+        if num_samples == 1 and out is None and _verified_here():
             drawn = draw(input, generator, workspaces)
             if drawn is not None:
                 return drawn
@@ -118,9 +122,20 @@ def _acceptable(weights: torch.Tensor) -> bool:
     return bool(((weights.max() < math.inf) & (weights.min() >= 0) & (weights.sum(-1) > 0).all()).item())
 
 
-def _verified_here(original) -> bool:
+def one_row(weights: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:
+    """torch.multinomial(weights, 1, generator=generator) for one row of weights: [1] int64, drawn in bulk where that
+    gives torch's draw (grpo eval's seeded sampling draws each row with the row's own generator)."""
+    if _verified_here():
+        drawn = draw(weights.unsqueeze(0), generator, _ROW_WORKSPACES)
+        if drawn is not None:
+            return drawn[0]
+    return _TORCH_MULTINOMIAL(weights, 1, generator=generator)
+
+
+def _verified_here() -> bool:
     """Once a process: these draws and torch's agree on a small case, tokens and the state after."""
     global _verified
+    original = _TORCH_MULTINOMIAL
     if _verified is None:
         weights = torch.softmax(torch.randn(4, 3000, generator=torch.Generator().manual_seed(0)) * 4, -1)
         ours, theirs = torch.Generator().manual_seed(1), torch.Generator().manual_seed(1)
