@@ -162,7 +162,7 @@ def with_current_plan(row: dict) -> dict:
     """A measured row beside the plan as grpo plans it now (the plan's constants may have been refitted since)."""
     recipe, overrides, _ = CASES[row["case"]]
     # planned in the precision the row ran in, whatever this machine's CPU would choose
-    precision = ["model.mixed_precision=bf16"] if row.get("mixed_precision", "").startswith("bf16") else []
+    precision = ["model.mixed_precision=" + ("bf16" if row.get("mixed_precision", "").startswith("bf16") else "no")]
     planned = plan(recipe, [*overrides, *precision])
     measured = row["measured_peak_rss_gib"]
     return {
@@ -258,8 +258,9 @@ def main() -> None:
         with RESULTS.open("a") as out:
             out.write(json.dumps(row) + "\n")
         previous = [*previous, row]
-    # the newest row of each case in each precision: a CPU with and one without AVX512-BF16 are two measurements
-    latest = {(r["case"], r.get("mixed_precision")): r for r in previous}
+    # the newest row of each case in each precision: a CPU with and one without AVX512-BF16 are two measurements (a
+    # precision inferred from step times is the same precision)
+    latest = {(r["case"], r.get("mixed_precision", "?").split(" ")[0]): r for r in previous}
     text = (
         "grpo plan --device cpu: peak RSS for the data at hand (longest surviving prompt, completions at the budget)\n"
         "and at the recipe's limits, against /usr/bin/time's maximum RSS of a 2-step grpo train that meets that batch\n"

@@ -128,9 +128,14 @@ def plan_errors(constants: str = "") -> Callable[[str], list]:
 
 
 def held_out_errors_when_measured(text: str) -> list:
-    """plan_for_data.jsonl's held-out rows: the plan's error as recorded when each ran, before the terms added since."""
+    """plan_for_data.jsonl's held-out rows as first measured: the plan's error recorded then, before the terms added
+    since."""
     rows = [json.loads(line) for line in text.splitlines() if line.strip()]
-    return spread([r["error_for_data"] for r in rows if r["case"] in HELD_OUT and r["mixed_precision"] == "no"])
+    first: dict[str, dict] = {}
+    for row in rows:
+        if row["case"] in HELD_OUT and row["mixed_precision"] == "no":
+            first.setdefault(row["case"], row)
+    return spread([row["error_for_data"] for row in first.values()])
 
 
 def vllm_plan_errors(text: str) -> list:
