@@ -4,7 +4,8 @@ transformers' sampling loop calls it at every decode step: one token from each r
 Shapes: 16 rows of Qwen2.5's 151,936-entry vocabulary (the 0.5B GSM8K configuration of train_overhead.py) and 16 rows
 of SmolLM2's 49,152 (the demo: 2 prompts x 8 completions). Rows are softmaxes of Gaussian logits from flat (scale
 0.5) to near one-hot (scale 12). Each variant draws `--calls` times from a generator seeded alike; every draw and the
-generator's state after it must be torch's, or the script says so and exits 1. Prints the median milliseconds a call.
+generator's state after it must be torch's, or the script says so and exits 1. Prints the median milliseconds a call,
+and what the draws' random numbers alone take (the part torch's generator must make one at a time either way).
 Then the same 16 rows one at a time, each with a generator of its own, as grpo eval's seeded sampling draws them
 (grpo_cli/generation/sampling.py): torch.multinomial on each 1-D row against `one_row`.
 
@@ -62,6 +63,9 @@ def main() -> int:
                 f"{name:24s} logit scale {scale:4.1f}: torch.multinomial {theirs:6.2f} ms, in bulk {bulk:6.2f} ms "
                 f"({bulk / theirs:.2f}x), the same draws"
             )
+        bits = torch.empty(shape, dtype=torch.int64)
+        floor = median_ms(args.calls, bits.random_)
+        print(f"{name:24s} of which torch's own 64-bit draws (random_ on an int64 tensor, kept): {floor:6.2f} ms")
     for name, shape in SHAPES.items():
         probs = torch.softmax(torch.randn(shape, generator=torch.Generator().manual_seed(0)) * 3.0, -1)
         ours = [torch.Generator().manual_seed(row) for row in range(shape[0])]

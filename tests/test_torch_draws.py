@@ -4,6 +4,8 @@ generator and a given one; torch's own refusals and every other call left to tor
 
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 
@@ -72,8 +74,17 @@ def test_other_inputs_are_left_to_torch_and_the_generator_is_untouched():
         torch.zeros(2, 4),
         torch.ones(2, 4, dtype=torch.float64),  # another dtype
         torch.ones(4),  # one row, 1-D
+        torch.softmax(torch.randn(50, 4), 0).t(),  # torch draws in the memory order: column-major here
+        torch.softmax(torch.randn(3, 50), -1) * 1e-37,  # too small for float32 to bound
     ):
         assert draw(weights, gen) is None and torch.equal(gen.get_state(), state)
+
+
+def test_a_draw_handed_back_after_the_random_numbers_leaves_the_generator_where_it_was(monkeypatch):
+    monkeypatch.setattr(torch_draws, "_ratio", lambda p, bits: float("nan"))
+    gen = torch.Generator().manual_seed(0)
+    state = gen.get_state()
+    assert draw(torch.softmax(torch.randn(3, 50), -1), gen) is None and torch.equal(gen.get_state(), state)
 
 
 def test_within_the_context_one_sample_rows_are_drawn_here_and_everything_else_is_torchs(monkeypatch):
@@ -93,7 +104,8 @@ def test_within_the_context_one_sample_rows_are_drawn_here_and_everything_else_i
 def test_a_torch_that_draws_otherwise_is_left_to_draw_for_itself(monkeypatch):
     """The first-use check: where these draws and torch's disagree, torch draws every token."""
     monkeypatch.setattr(torch_draws, "_verified", None)
-    monkeypatch.setattr(torch_draws, "_ratio", lambda p, bits: float(p))  # a torch whose exponentials differ
+    # A torch whose exponentials differ in the last bits (older torch's -log(1 - u)): the draws alone might agree.
+    monkeypatch.setattr(torch_draws, "_exponential64", lambda bits: -math.log(1 - (int(bits) & (2**53 - 1)) * 2.0**-53))
     weights = torch.softmax(torch.randn(3, 50), -1)
     with drawn_in_bulk():
         torch.manual_seed(1)

@@ -2,13 +2,14 @@
 
 For one sample from each row of float32 weights p, torch.multinomial fills q with an exponential per entry, one at a
 time (q = -log1p(-u), u from the low 53 bits of a 64-bit draw of the CPU generator's Mersenne Twister), and returns
-argmax(p / q). That costs about 16 ns an entry: 38 ms at every decode step for Qwen2.5's 151,936 entries and 16 rows,
-a quarter of a 0.5B model's sampling in a training step (benchmarks/train_overhead.txt). Here the same 64-bit draws
-come from `random_` on an int64 tensor (about 3 ns an entry; it keeps those 53 bits). Since q >= u, p / u bounds an
+argmax(p / q). That costs about 16 ns an entry, at every decode step for every row (benchmarks/torch_draws.txt: 16
+rows of Qwen2.5's 151,936 entries). Here the same 64-bit draws come from `random_` on an int64 tensor (it keeps
+those 53 bits, at a fraction of the cost). Since q >= u, p / u bounds an
 entry's ratio from above, so only the few entries whose bound reaches the likeliest entry's ratio can win, and only
 those become exponentials, as torch makes them (log1p in double, rounded to float32, p / q in float32, the first
 maximum). The tokens, and the generator's state after them, are torch's: a run samples what it sampled before
-(tests/test_torch_draws.py). A check at first use falls back to torch's own if this torch draws otherwise.
+(tests/test_torch_draws.py). A check at first use (the exponentials bit for bit, then a few draws) hands every draw
+back to torch if this torch makes them otherwise. Not thread-safe: one sampling loop at a time, as grpo samples.
 Used by `grpo train`'s sampling on a CPU (`drawn_in_bulk`, train/recipe_trainer.py) and by grpo eval's seeded
 sampling, row by row (`one_row`, sampling.py).
 """
@@ -29,6 +30,7 @@ _HIGH_WORD = 1 if sys.byteorder == "little" else 0  # of the two 32-bit words of
 _verified: bool | None = None  # the first-use check's answer
 _TORCH_MULTINOMIAL = torch.multinomial  # torch's own, whatever a context later puts in its place
 _ROW_WORKSPACES: dict = {}  # for one-row draws (grpo eval's seeded sampling): one shape, a few MB
+_SMALLEST_FLOOR = 2.0**-100  # below it the bound's float32 products near denormals and round by more than it allows
 
 
 @contextmanager
@@ -51,8 +53,8 @@ def drawn_in_bulk():
 
 
 class _Workspace:
-    """The tensors one shape of weights needs, kept from one decode step to the next: fresh ones of 10-20 MB cost
-    about as much in page faults as the arithmetic on them."""
+    """The tensors one shape of weights needs (21 bytes an entry: 51 MB for 16 rows of 151,936), kept from one decode
+    step to the next: fresh ones cost about as much in page faults as the arithmetic on them."""
 
     def __init__(self, shape: torch.Size):
         self.draws = torch.empty(shape, dtype=torch.int64)
@@ -65,15 +67,17 @@ class _Workspace:
 def draw(weights: torch.Tensor, generator: torch.Generator | None = None, workspaces: dict | None = None):
     """torch.multinomial(weights, 1, generator=generator) for 2-D float32 CPU `weights`, the generator advanced the
     same way: [rows, 1] int64. None, with the generator untouched, where torch must answer (other inputs, a weight
-    torch refuses, a draw of exactly 0). `workspaces` keeps the tensors by shape from call to call."""
+    torch refuses, a draw of exactly 0, weights so small that float32 cannot bound them). `workspaces` keeps the
+    tensors of the last shape drawn from call to call."""
     if weights.dim() != 2 or weights.dtype != torch.float32 or weights.device.type != "cpu" or weights.numel() == 0:
         return None
-    if not _acceptable(weights):
-        return None
+    if not weights.is_contiguous() or not _acceptable(weights):
+        return None  # torch fills its exponentials in the weights' memory order: row-major only here
     generator = generator if generator is not None else torch.default_generator
-    p = weights.detach().contiguous()
+    p = weights.detach()
     work = (workspaces or {}).get(p.shape) or _Workspace(p.shape)
-    if workspaces is not None:
+    if workspaces is not None and p.shape not in workspaces:
+        workspaces.clear()  # one shape at a time: sampling draws the same shape at every step
         workspaces[p.shape] = work
     before = generator.get_state()
     work.draws.random_(generator=generator)  # torch's 64-bit draws: the generator moves as torch.multinomial's
@@ -88,7 +92,7 @@ def draw(weights: torch.Tensor, generator: torch.Generator | None = None, worksp
     floors = [
         max(_ratio(weight[r, j], bits[r, j]), _ratio(weight[r, k], bits[r, k])) for r, (j, k) in enumerate(likely)
     ]
-    if not all(math.isfinite(floor) for floor in floors):  # a draw of exactly 0 (2**-53 an entry)
+    if not all(_SMALLEST_FLOOR < floor < math.inf for floor in floors):  # a draw of exactly 0 (2**-53 an entry)
         generator.set_state(before)
         return None
     # The entries whose bound reaches their row's floor, with room for two float32 roundings: only they can win.
@@ -103,18 +107,27 @@ def draw(weights: torch.Tensor, generator: torch.Generator | None = None, worksp
             return None
         if r not in best or ratio > best[r][0]:
             best[r] = (ratio, i)
-    if len(best) != p.shape[0]:  # the row's floor entry is always among them; never leave a row undrawn regardless
+    if len(best) != p.shape[0]:  # each row's floor entry is among them (above); never leave a row undrawn regardless
         generator.set_state(before)
         return None
     return torch.tensor([best[r][1] for r in range(p.shape[0])], dtype=torch.int64).unsqueeze(1)
 
 
 def _ratio(p: np.float32, draw: np.int64) -> float:
-    """p / q in float32, with q the exponential torch makes from `draw`: log1p in double (libm's, as torch's)."""
-    u = (int(draw) & ((1 << 53) - 1)) * 2.0**-53
-    q = np.float32(-math.log1p(-u))
+    """p / q in float32, with q the exponential torch makes from `draw`."""
     with np.errstate(divide="ignore", invalid="ignore"):
-        return float(np.float32(p) / q)
+        return float(np.float32(p) / _exponential(draw))
+
+
+def _exponential(draw) -> np.float32:
+    """torch's float32 exponential from a 64-bit draw: its double one, rounded."""
+    return np.float32(_exponential64(draw))
+
+
+def _exponential64(draw) -> float:
+    """torch's exponential in double from a 64-bit draw: u from its low 53 bits, -log1p(-u) (libm's, as torch's)."""
+    u = (int(draw) & ((1 << 53) - 1)) * 2.0**-53
+    return -math.log1p(-u)
 
 
 def _acceptable(weights: torch.Tensor) -> bool:
@@ -133,16 +146,21 @@ def one_row(weights: torch.Tensor, generator: torch.Generator | None = None) -> 
 
 
 def _verified_here() -> bool:
-    """Once a process: these draws and torch's agree on a small case, tokens and the state after."""
+    """Once a process: torch's exponentials are the ones made here from its 64-bit draws, bit for bit, and a few
+    draws agree, tokens and the generator's state after."""
     global _verified
-    original = _TORCH_MULTINOMIAL
     if _verified is None:
+        # In double, where a formula or a log1p that differs in the last bit shows (float32 rounding hides most).
+        exponentials = torch.empty(4096, dtype=torch.float64).exponential_(generator=torch.Generator().manual_seed(2))
+        draws = torch.empty(4096, dtype=torch.int64).random_(generator=torch.Generator().manual_seed(2))
+        made_here = np.array([_exponential64(value) for value in draws.tolist()])
         weights = torch.softmax(torch.randn(4, 3000, generator=torch.Generator().manual_seed(0)) * 4, -1)
         ours, theirs = torch.Generator().manual_seed(1), torch.Generator().manual_seed(1)
         drawn = draw(weights, ours)
         _verified = (
-            drawn is not None
-            and torch.equal(drawn, original(weights, 1, generator=theirs))
+            np.array_equal(exponentials.numpy(), made_here)
+            and drawn is not None
+            and torch.equal(drawn, _TORCH_MULTINOMIAL(weights, 1, generator=theirs))
             and torch.equal(ours.get_state(), theirs.get_state())
         )
     return _verified
