@@ -90,27 +90,32 @@ def score(rows) -> tuple[float, float]:
 
 
 def plan_for_data_rows() -> list[tuple[str, float, float]]:
-    """(case, planned tensors GiB, measured peak RSS GiB) of benchmarks/plan_for_data.py's real `grpo train` runs: whole
-    runs measured from outside, planned at the data's longest prompt as `grpo plan` plans them."""
+    """(case, planned tensors GiB, measured peak RSS GiB) of benchmarks/plan_for_data.py's real `grpo train` runs the
+    constants are fitted on (its FITTED cases, bf16 autocast): whole runs measured from outside, planned at the data's
+    longest prompt as `grpo plan` plans them, in the precision they ran in."""
     import json
 
-    from plan_for_data import CASES
+    from plan_for_data import CASES, FITTED
 
     from grpo_cli.plan import architectures
     from grpo_cli.recipe.validation import load_recipe
 
-    latest = {}
+    latest = {}  # the newest row of each case in each precision, as plan_for_data.py's table keeps them
     for line in (ROOT / "benchmarks" / "plan_for_data.jsonl").read_text().splitlines():
         row = json.loads(line)
-        latest[row["case"]] = row
+        latest[row["case"], row.get("mixed_precision", "?").split(" ")[0]] = row
     out = []
-    for case, row in latest.items():
+    for (case, precision), row in latest.items():
+        if case not in FITTED or precision != "bf16":
+            continue  # the held-out runs stay held out: plan_for_data.txt's `constants` column says which
         recipe_path, overrides, _ = CASES[case]
-        recipe = load_recipe(ROOT / recipe_path, overrides, scope="plan")
+        # planned in the precision the row ran in, whatever this machine's CPU would choose
+        mixed_precision = f"model.mixed_precision={'bf16' if precision == 'bf16' else 'no'}"
+        recipe = load_recipe(ROOT / recipe_path, [*overrides, mixed_precision], scope="plan")
         plan = model.memory_plan(
             recipe, architectures.resolve(recipe.model), "cpu", prompt_tokens=row["longest_prompt_tokens"]
         )
-        out.append((f"plan_for_data/{case}", plan.peak_tensors / 2**30, row["measured_peak_rss_gib"]))
+        out.append((f"plan_for_data/{case}/{precision}", plan.peak_tensors / 2**30, row["measured_peak_rss_gib"]))
     return out
 
 
@@ -145,7 +150,7 @@ def rss_fit(rows) -> None:
     )
     for c, tensors in planned.items():
         print(
-            f"  {c:18s} planned tensors {tensors:5.2f}  measured RSS {rss[c]:5.2f}  "
+            f"  {c:30s} planned tensors {tensors:5.2f}  measured RSS {rss[c]:5.2f}  "
             f"fit {best[1] + best[2] * tensors:5.2f} GiB"
         )
 
