@@ -112,3 +112,11 @@ def test_a_torch_that_draws_otherwise_is_left_to_draw_for_itself(monkeypatch):
         drawn = torch.multinomial(weights, 1)
     torch.manual_seed(1)
     assert torch_draws._verified is False and torch.equal(drawn, torch.multinomial(weights, 1))
+
+
+def test_grpo_plan_counts_the_workspace_a_draw_keeps():
+    from grpo_cli.plan.phase_terms import DRAW_WORKSPACE_BYTES
+
+    work = torch_draws._Workspace(torch.Size((3, 1000)))
+    held = sum(t.numel() * t.element_size() for t in vars(work).values())
+    assert held == DRAW_WORKSPACE_BYTES * 3 * 1000

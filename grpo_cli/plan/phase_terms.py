@@ -38,6 +38,9 @@ ACT_HIDDEN = 5.5
 ACT_FFN = 2.0
 ACT_KV = 1.0
 ACT_HIDDEN_FP32 = 2.0
+# On a CPU each sampled token is drawn in bulk (generation/torch_draws.py): per vocabulary entry of each row its
+# workspace holds an int64 draw, an int32 and two float32 tensors and a bool (tests/test_torch_draws.py checks).
+DRAW_WORKSPACE_BYTES = 8 + 4 + 4 + 4 + 1
 
 
 def generation_terms(
@@ -66,18 +69,21 @@ def generation_terms(
         )
     )
     # transformers' DynamicCache grows by concatenation: one layer's cache is briefly held twice; the prefill
-    # runs one layer's activations over the prompt tokens; the sampler keeps float32 scores of one position.
+    # runs one layer's activations over the prompt tokens; the sampler keeps float32 scores of one position, and on
+    # a CPU the bulk draw's workspace for them (generation/torch_draws.py).
     transient = (
         gen_batch * S * 2 * arch.kv_dim * w
         + gen_batch * prompt * (ACT_HIDDEN * h + ACT_FFN * f) * w / 4
         + 2 * gen_batch * V * 4
+        + (gen_batch * V * DRAW_WORKSPACE_BYTES if device == "cpu" else 0)
     )
     terms.append(
         Term(
             "generation transients",
             transient,
             "generation",
-            "one layer's cache copy on growth + one layer's prefill activations + float32 scores",
+            "one layer's cache copy on growth + one layer's prefill activations + float32 scores"
+            + (" + the draw's workspace" if device == "cpu" else ""),
         )
     )
     if grpo.use_vllm:  # vLLM samples in its own memory: its cache and transients are not the trainer's
