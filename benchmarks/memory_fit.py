@@ -95,23 +95,18 @@ def plan_for_data_rows() -> list[tuple[str, float, float]]:
     longest prompt as `grpo plan` plans them, in the precision they ran in."""
     import json
 
-    from plan_for_data import CASES, FITTED
+    from plan_for_data import CASES, FITTED, newest_rows
 
     from grpo_cli.plan import architectures
     from grpo_cli.recipe.validation import load_recipe
 
-    latest = {}  # the newest row of each case in each precision, as plan_for_data.py's table keeps them
-    for line in (ROOT / "benchmarks" / "plan_for_data.jsonl").read_text().splitlines():
-        row = json.loads(line)
-        latest[row["case"], row.get("mixed_precision", "?").split(" ")[0]] = row
+    rows = [json.loads(line) for line in (ROOT / "benchmarks" / "plan_for_data.jsonl").read_text().splitlines()]
     out = []
-    for (case, precision), row in latest.items():
+    for (case, precision), row in newest_rows(rows).items():
         if case not in FITTED or precision != "bf16":
             continue  # the held-out runs stay held out: plan_for_data.txt's `constants` column says which
         recipe_path, overrides, _ = CASES[case]
-        # planned in the precision the row ran in, whatever this machine's CPU would choose
-        mixed_precision = f"model.mixed_precision={'bf16' if precision == 'bf16' else 'no'}"
-        recipe = load_recipe(ROOT / recipe_path, [*overrides, mixed_precision], scope="plan")
+        recipe = load_recipe(ROOT / recipe_path, [*overrides, "model.mixed_precision=bf16"], scope="plan")
         plan = model.memory_plan(
             recipe, architectures.resolve(recipe.model), "cpu", prompt_tokens=row["longest_prompt_tokens"]
         )

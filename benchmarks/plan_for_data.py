@@ -158,12 +158,21 @@ def measure(name: str) -> dict:
     }
 
 
+def precision_of(row: dict) -> str:
+    """The precision a row ran in, bf16 or no (a precision inferred from step times is the same precision)."""
+    return "bf16" if row.get("mixed_precision", "").startswith("bf16") else "no"
+
+
+def newest_rows(rows: list[dict]) -> dict[tuple[str, str], dict]:
+    """The newest row of each case in each precision: a CPU with and one without AVX512-BF16 are two measurements."""
+    return {(row["case"], precision_of(row)): row for row in rows}
+
+
 def with_current_plan(row: dict) -> dict:
     """A measured row beside the plan as grpo plans it now (the plan's constants may have been refitted since)."""
     recipe, overrides, _ = CASES[row["case"]]
     # planned in the precision the row ran in, whatever this machine's CPU would choose
-    precision = ["model.mixed_precision=" + ("bf16" if row.get("mixed_precision", "").startswith("bf16") else "no")]
-    planned = plan(recipe, [*overrides, *precision])
+    planned = plan(recipe, [*overrides, f"model.mixed_precision={precision_of(row)}"])
     measured = row["measured_peak_rss_gib"]
     return {
         **row,
@@ -178,7 +187,7 @@ def fitting(row: dict) -> str:
     """Whether the plan's constants were fitted on this measurement (they were fitted on bfloat16-autocast runs)."""
     if row["case"] not in FITTED:
         return "held out"
-    return "fitted on it" if row.get("mixed_precision", "").startswith("bf16") else "its case, not this precision"
+    return "fitted on it" if precision_of(row) == "bf16" else "its case, not this precision"
 
 
 def table(rows: list[dict]) -> str:
@@ -258,9 +267,7 @@ def main() -> None:
         with RESULTS.open("a") as out:
             out.write(json.dumps(row) + "\n")
         previous = [*previous, row]
-    # the newest row of each case in each precision: a CPU with and one without AVX512-BF16 are two measurements (a
-    # precision inferred from step times is the same precision)
-    latest = {(r["case"], r.get("mixed_precision", "?").split(" ")[0]): r for r in previous}
+    latest = newest_rows(previous)
     text = (
         "grpo plan --device cpu: peak RSS for the data at hand (longest surviving prompt, completions at the budget)\n"
         "and at the recipe's limits, against /usr/bin/time's maximum RSS of a 2-step grpo train that meets that batch\n"

@@ -42,10 +42,9 @@ def drawn_in_bulk():
     workspaces: dict[torch.Size, _Workspace] = {}
 
     def multinomial(input, num_samples, replacement=False, *, generator=None, out=None):
-        if num_samples == 1 and out is None and _verified_here():
-            drawn = draw(input, generator, workspaces)
-            if drawn is not None:
-                return drawn
+        drawn = _checked_draw(input, generator, workspaces) if num_samples == 1 and out is None else None
+        if drawn is not None:
+            return drawn
         return original(input, num_samples, replacement, generator=generator, out=out)
 
     with seams.torch_multinomial(multinomial):
@@ -75,10 +74,12 @@ def draw(weights: torch.Tensor, generator: torch.Generator | None = None, worksp
         return None  # torch fills its exponentials in the weights' memory order: row-major only here
     generator = generator if generator is not None else torch.default_generator
     p = weights.detach()
-    work = (workspaces or {}).get(p.shape) or _Workspace(p.shape)
-    if workspaces is not None and p.shape not in workspaces:
-        workspaces.clear()  # one shape at a time: sampling draws the same shape at every step
-        workspaces[p.shape] = work
+    work = workspaces.get(p.shape) if workspaces is not None else None
+    if work is None:
+        work = _Workspace(p.shape)
+        if workspaces is not None:
+            workspaces.clear()  # one shape at a time: sampling draws the same shape at every step
+            workspaces[p.shape] = work
     before = generator.get_state()
     work.draws.random_(generator=generator)  # torch's 64-bit draws: the generator moves as torch.multinomial's
     # top: bits 32..52 of each draw, the top 21 of u's 53, so that u >= top * 2**-21 and p / q <= p / (top * 2**-21).
@@ -138,11 +139,13 @@ def _acceptable(weights: torch.Tensor) -> bool:
 def one_row(weights: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:
     """torch.multinomial(weights, 1, generator=generator) for one row of weights: [1] int64, drawn in bulk where that
     gives torch's draw (grpo eval's seeded sampling draws each row with the row's own generator)."""
-    if _verified_here():
-        drawn = draw(weights.unsqueeze(0), generator, _ROW_WORKSPACES)
-        if drawn is not None:
-            return drawn[0]
-    return _TORCH_MULTINOMIAL(weights, 1, generator=generator)
+    drawn = _checked_draw(weights.unsqueeze(0), generator, _ROW_WORKSPACES)
+    return drawn[0] if drawn is not None else _TORCH_MULTINOMIAL(weights, 1, generator=generator)
+
+
+def _checked_draw(weights, generator, workspaces) -> torch.Tensor | None:
+    """draw(), where this process's first-use check passed; None (torch draws) otherwise."""
+    return draw(weights, generator, workspaces) if _verified_here() else None
 
 
 def _verified_here() -> bool:
