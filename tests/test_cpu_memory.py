@@ -35,6 +35,35 @@ def test_training_runs_with_mimalloc_preloaded(tmp_path, tiny_llama):
     assert record["peak_memory_kind"] == "cpu_peak_rss" and record["peak_memory_gb"] > 0
 
 
+def _mimalloc_options(env: dict[str, str]) -> str:
+    """What the preloaded mimalloc itself reports of its options at start-up (MIMALLOC_VERBOSE)."""
+    done = subprocess.run(
+        [sys.executable, "-c", "pass"],
+        capture_output=True,
+        text=True,
+        env={**os.environ, **env, "MIMALLOC_VERBOSE": "1"},
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    return done.stderr + done.stdout
+
+
+@pytest.mark.parametrize("users_own", [None, "1"])
+def test_mimalloc_gives_freed_pages_back_without_unmapping_them_unless_the_user_says_otherwise(monkeypatch, users_own):
+    from grpo_cli.process import allocator
+
+    monkeypatch.delenv(allocator.ALLOCATOR_ENV, raising=False)
+    if users_own is None:
+        monkeypatch.delenv("MIMALLOC_PURGE_DECOMMITS", raising=False)
+    else:
+        monkeypatch.setenv("MIMALLOC_PURGE_DECOMMITS", users_own)
+    env = allocator.preload_env()
+    if env is None:
+        pytest.skip("mimalloc does not apply on this machine (not Linux, a GPU machine, or cmeel-mimalloc missing)")
+    expected = "0" if users_own is None else users_own
+    assert f"option 'purge_decommits': {expected}" in _mimalloc_options(env)
+
+
 def test_plan_on_a_cpu_gives_peak_rss_against_ram_and_the_fix():
     recipe = ROOT / "recipes/gsm8k/qwen2.5_coder_0.5b_cpu.yaml"
     args = [

@@ -6,6 +6,12 @@ was killed by the kernel at 24 GB). mimalloc, from PyPI as a prebuilt library (c
 Qwen2.5-0.5B LoRA step at about the same speed; a fixed glibc mmap threshold reached the same RSS but cost 20-50% of
 the step time in page faults. The library must be loaded before Python starts, so `grpo train|preflight|eval`
 re-executes itself once with it preloaded. GRPO_ALLOCATOR=system keeps glibc's malloc.
+
+mimalloc gives freed memory back to the kernel a second after it is freed. By default it does so with
+MADV_DONTNEED, which unmaps the pages: a GRPO step frees and re-allocates the same large buffers every step, so each
+step faulted them all back in, each page zero-filled by the kernel.
+`MIMALLOC_PURGE_DECOMMITS=0` gives them back with MADV_FREE instead: the kernel takes them when it needs the memory,
+and until then mimalloc reuses them without a fault (benchmarks/allocator_purge.txt). A value the user set wins.
 """
 
 from __future__ import annotations
@@ -15,6 +21,7 @@ import sys
 from pathlib import Path
 
 ALLOCATOR_ENV = "GRPO_ALLOCATOR"  # system | mimalloc (set once the process runs with it)
+MIMALLOC_OPTIONS = {"MIMALLOC_PURGE_DECOMMITS": "0"}  # purge with MADV_FREE: freed pages reused without a fault
 HEAVY_COMMANDS = ("train", "preflight", "eval")
 
 
@@ -42,7 +49,8 @@ def preload_env() -> dict[str, str] | None:
     if library is None:
         return None
     preload = " ".join(p for p in (str(library), os.environ.get("LD_PRELOAD", "")) if p)
-    return {ALLOCATOR_ENV: "mimalloc", "LD_PRELOAD": preload}
+    options = {name: os.environ.get(name, value) for name, value in MIMALLOC_OPTIONS.items()}
+    return {ALLOCATOR_ENV: "mimalloc", "LD_PRELOAD": preload, **options}
 
 
 def prepare_process(argv: list[str]) -> None:
