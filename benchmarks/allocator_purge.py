@@ -1,12 +1,12 @@
-"""`grpo train` with mimalloc giving freed pages back as it ships (MADV_FREE) against giving them back at once
-(MADV_DONTNEED, mimalloc's default): step time, page faults, system CPU time, peak RSS, and whether every step's
-rewards agree.
+"""`grpo train` with mimalloc giving freed pages back with MADV_FREE (as `grpo train` does where the plan leaves room,
+as on a machine with this one's RAM) against MADV_DONTNEED (mimalloc's default, and grpo's where memory is tight): step
+time, page faults, system CPU time, peak RSS, and whether every step's rewards agree.
 
 A GRPO step on a CPU frees and re-allocates the same large buffers (activations, logits, the sampling draws) every
-step. mimalloc purges freed memory after a second; with MADV_DONTNEED the kernel then unmaps it, and the next
-allocation faults every 4 KiB page back in, zero-filled, in the kernel. With MADV_FREE the pages stay mapped until
-the kernel needs them elsewhere, so taking them again costs nothing. Each variant runs as its own `grpo train`
-process, alternating, `--rounds` times.
+step. mimalloc purges freed memory after a second; with MADV_DONTNEED the kernel unmaps it, and the next allocation
+faults every 4 KiB page back in, zero-filled, in the kernel. With MADV_FREE the pages stay mapped until the kernel
+needs them elsewhere, so taking them again costs nothing. Each variant runs as its own `grpo train` process,
+alternating, `--rounds` times.
 
     python benchmarks/allocator_purge.py [--steps 6] [--rounds 2] [overrides ...]
     ATEN_CPU_CAPABILITY=avx2 ONEDNN_MAX_CPU_ISA=AVX2 MKL_ENABLE_INSTRUCTIONS=AVX2 python benchmarks/allocator_purge.py
@@ -28,7 +28,7 @@ ROOT = Path(__file__).resolve().parent.parent
 DEMO = ROOT / "recipes" / "demo.yaml"
 # name -> environment on top of what `grpo` sets itself (grpo_cli/process/allocator.py keeps a value given here)
 VARIANTS = {
-    "as shipped (MADV_FREE)": {},
+    "as shipped (MADV_FREE where there is room)": {},
     "MIMALLOC_PURGE_DECOMMITS=1 (MADV_DONTNEED)": {"MIMALLOC_PURGE_DECOMMITS": "1"},
 }
 RUSAGE = (

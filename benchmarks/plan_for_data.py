@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
 import subprocess
 import sys
@@ -128,8 +129,15 @@ def measure(name: str) -> dict:
             f"trl.generation_kwargs={{min_new_tokens: {budget}}}",
         ]
         started = time.time()
+        # The memory the plan sizes: mimalloc unmapping what it gives back, as `grpo train` runs where the plan
+        # leaves no room (grpo_cli/process/allocator.py keep_freed_pages), unless the caller chose.
+        purge = {"MIMALLOC_PURGE_DECOMMITS": os.environ.get("MIMALLOC_PURGE_DECOMMITS", "1")}
         done = subprocess.run(
-            ["/usr/bin/time", "-v", "grpo", "train", recipe, *run], capture_output=True, text=True, cwd=ROOT
+            ["/usr/bin/time", "-v", "grpo", "train", recipe, *run],
+            capture_output=True,
+            text=True,
+            cwd=ROOT,
+            env={**os.environ, **purge},
         )
         wall = time.time() - started
         if done.returncode:
@@ -253,20 +261,26 @@ def main() -> None:
     parser.add_argument("--case", choices=sorted(CASES), action="append")
     parser.add_argument("--timing", action="store_true", help="time grpo plan itself (needs an idle machine)")
     parser.add_argument("--report", action="store_true", help="only the table, from the measured rows")
+    parser.add_argument(
+        "--results", type=Path, default=RESULTS, help="append the rows here instead (and leave the table alone)"
+    )
     args = parser.parse_args()
     if args.timing:
         result = timing()
         print(result)
         (ROOT / "benchmarks" / "plan_for_data_timing.txt").write_text(result + "\n")
         return
-    previous = [json.loads(line) for line in RESULTS.read_text().splitlines()] if RESULTS.exists() else []
+    results = args.results
+    previous = [json.loads(line) for line in results.read_text().splitlines()] if results.exists() else []
     done = {r["case"] for r in previous}
     for name in [] if args.report else args.case or [c for c in CASES if c not in done]:
         row = measure(name)
         print(json.dumps(row), flush=True)
-        with RESULTS.open("a") as out:
+        with results.open("a") as out:
             out.write(json.dumps(row) + "\n")
         previous = [*previous, row]
+    if results != RESULTS:
+        return
     latest = newest_rows(previous)
     text = (
         "grpo plan --device cpu: peak RSS for the data at hand (longest surviving prompt, completions at the budget)\n"

@@ -7,11 +7,14 @@ Qwen2.5-0.5B LoRA step at about the same speed; a fixed glibc mmap threshold rea
 the step time in page faults. The library must be loaded before Python starts, so `grpo train|preflight|eval`
 re-executes itself once with it preloaded. GRPO_ALLOCATOR=system keeps glibc's malloc.
 
-mimalloc gives freed memory back to the kernel a second after it is freed. By default it does so with
-MADV_DONTNEED, which unmaps the pages: a GRPO step frees and re-allocates the same large buffers every step, so each
-step faulted them all back in, each page zero-filled by the kernel.
-`MIMALLOC_PURGE_DECOMMITS=0` gives them back with MADV_FREE instead: the kernel takes them when it needs the memory,
-and until then mimalloc reuses them without a fault (benchmarks/allocator_purge.txt). A value the user set wins.
+mimalloc gives freed memory back to the kernel a second after it is freed, by default with MADV_DONTNEED, which
+unmaps the pages: a GRPO step frees and re-allocates the same large buffers every step, so each step faults them all
+back in, each page zero-filled by the kernel. With MADV_FREE (mimalloc's purge_decommits off) the pages stay mapped
+and are reused without a fault: the demo's step 15-20% shorter. But the process then holds more (peak RSS up to 11%
+higher), and in a memory-capped cgroup the kernel killed a run with MADV_FREE at a cap the same run fits under
+without it (benchmarks/allocator_purge.txt, benchmarks/allocator_purge_cgroup.txt). So `grpo train` turns it on
+only where the plan leaves room (`keep_freed_pages`), and says so; the plan's figure stays the memory a run needs
+without it. A MIMALLOC_PURGE_DECOMMITS the user set wins either way.
 """
 
 from __future__ import annotations
@@ -21,7 +24,10 @@ import sys
 from pathlib import Path
 
 ALLOCATOR_ENV = "GRPO_ALLOCATOR"  # system | mimalloc (set once the process runs with it)
-MIMALLOC_OPTIONS = {"MIMALLOC_PURGE_DECOMMITS": "0"}  # purge with MADV_FREE: freed pages reused without a fault
+PURGE_DECOMMITS_ENV = "MIMALLOC_PURGE_DECOMMITS"
+MI_OPTION_PURGE_DECOMMITS = 5  # its index in mimalloc's mi_option_t (3.x; a test reads it back from the library)
+# MADV_FREE only where the planned peak RSS times this fits what is available: it raised peak RSS by up to 11%.
+ROOM_FOR_FREED_PAGES = 1.25
 HEAVY_COMMANDS = ("train", "preflight", "eval")
 
 
@@ -49,8 +55,28 @@ def preload_env() -> dict[str, str] | None:
     if library is None:
         return None
     preload = " ".join(p for p in (str(library), os.environ.get("LD_PRELOAD", "")) if p)
-    options = {name: os.environ.get(name, value) for name, value in MIMALLOC_OPTIONS.items()}
-    return {ALLOCATOR_ENV: "mimalloc", "LD_PRELOAD": preload, **options}
+    return {ALLOCATOR_ENV: "mimalloc", "LD_PRELOAD": preload}
+
+
+def keep_freed_pages(planned_peak: float, available: float) -> str | None:
+    """In a process running with mimalloc: where `planned_peak` x ROOM_FOR_FREED_PAGES fits in `available` bytes,
+    have mimalloc give freed memory back with MADV_FREE from now on, and return the line that says so. None (and
+    nothing changed) where there is no room, mimalloc is not loaded, or the user set the option."""
+    import ctypes
+
+    if os.environ.get(ALLOCATOR_ENV) != "mimalloc" or PURGE_DECOMMITS_ENV in os.environ:
+        return None
+    if planned_peak * ROOM_FOR_FREED_PAGES > available:
+        return None
+    library = ctypes.CDLL(None)  # the preloaded library's symbols are the process's
+    if not hasattr(library, "mi_option_set"):
+        return None
+    library.mi_option_set.argtypes = [ctypes.c_int, ctypes.c_long]
+    library.mi_option_set(MI_OPTION_PURGE_DECOMMITS, 0)
+    return (
+        f"allocator: freed memory kept mapped (MADV_FREE) for faster steps: the plan's {planned_peak / 2**30:.1f} GiB "
+        f"leaves room in {available / 2**30:.1f} GiB ({PURGE_DECOMMITS_ENV}=1 to turn it off)"
+    )
 
 
 def prepare_process(argv: list[str]) -> None:

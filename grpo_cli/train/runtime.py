@@ -103,7 +103,7 @@ def check_trackers(names: list[str]) -> None:
 def ram_warning(recipe: Recipe) -> list[str]:
     """On a CPU, before any weight loads: the plan's peak RSS for this data (`grpo plan`'s verdict figure) against
     the memory the kernel says is available, and the cheapest change that fits (the kernel kills a process that runs
-    out, without a word)."""
+    out, without a word). Where it fits with room to spare, mimalloc keeps freed pages mapped (process/allocator.py)."""
     import torch
 
     from grpo_cli.plan import architectures
@@ -112,6 +112,7 @@ def ram_warning(recipe: Recipe) -> list[str]:
     from grpo_cli.plan.gpus import available_ram
     from grpo_cli.plan.memory import GIB, memory_plan
     from grpo_cli.plan.view import override_args
+    from grpo_cli.process import allocator
 
     available = available_ram()
     if torch.cuda.is_available() or available is None:
@@ -124,7 +125,8 @@ def ram_warning(recipe: Recipe) -> list[str]:
     prompt_tokens = lengths.longest_prompt if lengths else None
     plan = memory_plan(recipe, arch, "cpu", available, prompt_tokens)
     if plan.fits:
-        return []
+        kept = allocator.keep_freed_pages(plan.peak_rss, available)
+        return [kept] if kept else []
     lines = [
         f"warning: the plan expects a peak RSS of {plan.peak_rss / GIB:.1f} GiB and {available / GIB:.1f} GiB is "
         "available: the kernel may stop this run without a message"
