@@ -82,6 +82,13 @@ def test_a_purge_setting_the_user_chose_is_read_by_mimalloc_and_left_alone(users
     assert said == "None" and option == int(users_own)
 
 
+def test_mimalloc_versions_are_read_in_both_of_its_numberings():
+    from grpo_cli.process.allocator import _major_minor
+
+    assert _major_minor(217) == (2, 1) and _major_minor(30403) == (3, 4) and _major_minor(20206) == (2, 2)
+    assert _major_minor(180) == (1, 8) and _major_minor(40001) == (4, 0)  # outside 2.1-3.x: left alone
+
+
 def test_plan_on_a_cpu_gives_peak_rss_against_ram_and_the_fix():
     recipe = ROOT / "recipes/gsm8k/qwen2.5_coder_0.5b_cpu.yaml"
     args = [

@@ -217,15 +217,15 @@ SPECS = {  # a phrase of the row's `what` cell: the figures of its result cell
     ),
     "`grpo train` against a plain TRL script": (
         F(OVERHEAD, r"At (\d+) x (\d+) tokens", "({} x {} tokens, checkpointing)"),
-        F(OVERHEAD, r"At fae3e13 \(" + STEPS, "{:.1f} s and {:.2f} GiB peak RSS against {:.1f} s and {:.2f} GiB"),
+        F(OVERHEAD, r"At 1aa46d2 \(" + STEPS, "{:.1f} s and {:.2f} GiB peak RSS against {:.1f} s and {:.2f} GiB"),
         F(
             OVERHEAD,
-            r"At fae3e13 \((?s:.*?)\(recipes/demo.yaml\)" + STEPS,
+            r"At 1aa46d2 \((?s:.*?)\(recipes/demo.yaml\)" + STEPS,
             "step: {:.2f} s and {:.2f} GiB against {:.2f} s and {:.2f} GiB",
         ),
         F(
             OVERHEAD,
-            r"--rounds 3 --plain \"plain TRL, float32\"(?s:.*?)step time ([\d.]+)",
+            r"At 1aa46d2 \((?s:.*?)--rounds 3 --plain \"plain TRL, float32\"(?s:.*?)step time ([\d.]+)",
             "float32 on both sides, {:.2f}x",
         ),
     ),

@@ -25,7 +25,9 @@ from pathlib import Path
 
 ALLOCATOR_ENV = "GRPO_ALLOCATOR"  # system | mimalloc (set once the process runs with it)
 PURGE_DECOMMITS_ENV = "MIMALLOC_PURGE_DECOMMITS"
-MI_OPTION_PURGE_DECOMMITS = 5  # its index in mimalloc's mi_option_t (3.x; a test reads it back from the library)
+# Its index in mimalloc's mi_option_t from 2.1 (where it got its name) through 3.x: set only for those versions, and a
+# test reads it back from the library this package installs.
+MI_OPTION_PURGE_DECOMMITS = 5
 # MADV_FREE only where the planned peak RSS times this fits what is available: it raised peak RSS by up to 11%.
 ROOM_FOR_FREED_PAGES = 1.25
 HEAVY_COMMANDS = ("train", "preflight", "eval")
@@ -69,7 +71,7 @@ def keep_freed_pages(planned_peak: float, available: float) -> str | None:
     if planned_peak * ROOM_FOR_FREED_PAGES > available:
         return None
     library = ctypes.CDLL(None)  # the preloaded library's symbols are the process's
-    if not hasattr(library, "mi_option_set"):
+    if not hasattr(library, "mi_version") or not (2, 1) <= _major_minor(library.mi_version()) < (4, 0):
         return None
     library.mi_option_set.argtypes = [ctypes.c_int, ctypes.c_long]
     library.mi_option_set(MI_OPTION_PURGE_DECOMMITS, 0)
@@ -77,6 +79,13 @@ def keep_freed_pages(planned_peak: float, available: float) -> str | None:
         f"allocator: freed memory kept mapped (MADV_FREE) for faster steps: the plan's {planned_peak / 2**30:.1f} GiB "
         f"leaves room in {available / 2**30:.1f} GiB ({PURGE_DECOMMITS_ENV}=1 to turn it off)"
     )
+
+
+def _major_minor(version: int) -> tuple[int, int]:
+    """mimalloc's mi_version(): 217 for 2.1.7 in its older releases, 30403 for 3.4.3 in newer ones."""
+    if version >= 10000:
+        return version // 10000, version // 100 % 100
+    return version // 100, version // 10 % 10
 
 
 def prepare_process(argv: list[str]) -> None:
