@@ -103,15 +103,15 @@ def test_lengths_are_cached_on_the_file_and_measured_again_when_it_changes(tiny_
 
 def test_train_checks_ram_with_the_same_figure_as_the_plan(tiny_qwen2, tmp_path, monkeypatch):
     from grpo_cli.plan import gpus
-    from grpo_cli.train.runtime import ram_warning
+    from grpo_cli.train.runtime import memory_at_start
 
     path = write_recipe(tmp_path, tiny_qwen2, data={"max_prompt_length": 500})  # within its 512 positions
     plan = planned(path)
     between = (plan["peak_rss_gib"] + plan["limits"]["peak_rss_gib"]) / 2 * 2**30
     monkeypatch.setattr(gpus, "available_ram", lambda: between)
-    assert ram_warning(load_recipe(path)) == []  # enough for this data, though not for the limits
+    assert memory_at_start(load_recipe(path)) == []  # enough for this data, though not for the limits
     monkeypatch.setattr(gpus, "available_ram", lambda: plan["peak_rss_gib"] * 0.9 * 2**30)
-    assert "expects a peak RSS" in ram_warning(load_recipe(path))[0]
+    assert "expects a peak RSS" in memory_at_start(load_recipe(path))[0]
 
 
 def full_lengths(recipe, tools=None) -> tuple[int, int]:

@@ -16,7 +16,7 @@ from grpo_cli.errors import UserError
 from grpo_cli.files import sole_writer
 from grpo_cli.recipe.schema import Recipe
 from grpo_cli.runs.validation_curve import best_line
-from grpo_cli.train.runtime import check_runtime, ram_warning
+from grpo_cli.train.runtime import check_runtime, memory_at_start
 from grpo_cli.train.trainer import build_trainer, guarded_rewards
 
 if TYPE_CHECKING:
@@ -96,7 +96,7 @@ def train(
     audit = start_lines(
         recipe.data, recipe.rewards, recipe.model, recipe.training.seed, recipe.grpo.max_completion_length
     )
-    for line in [*ram_warning(recipe), *audit]:
+    for line in [*memory_at_start(recipe), *audit]:
         console.print(line, style="yellow", highlight=False, soft_wrap=True)
     # What GRPO starts from: the SFT stage's weights (trained now unless finished earlier), else the adapter
     # lora.adapter names, else the recipe's model as it is (final_dir None).

@@ -100,10 +100,11 @@ def check_trackers(names: list[str]) -> None:
             )
 
 
-def ram_warning(recipe: Recipe) -> list[str]:
-    """On a CPU, before any weight loads: the plan's peak RSS for this data (`grpo plan`'s verdict figure) against
-    the memory the kernel says is available, and the cheapest change that fits (the kernel kills a process that runs
-    out, without a word). Where it fits with room to spare, mimalloc keeps freed pages mapped (process/allocator.py)."""
+def memory_at_start(recipe: Recipe) -> list[str]:
+    """On a CPU, before any weight loads, the plan's peak RSS for this data (`grpo plan`'s verdict figure) against
+    the memory the kernel says is available. The lines to print: where it does not fit, a warning and the cheapest
+    change that fits (the kernel kills a process that runs out, without a word); where it fits with room to spare,
+    the line saying mimalloc now keeps freed pages mapped (process/allocator.py keep_freed_pages)."""
     import torch
 
     from grpo_cli.plan import architectures
