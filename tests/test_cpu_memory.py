@@ -173,7 +173,12 @@ recipe = load_recipe(sys.argv[1], sys.argv[2:])
 marked = optional_libraries.skip_unused_bitsandbytes(recipe.quantization, recipe.training.optim, own_process=True)
 import peft, trl
 from transformers.utils import is_bitsandbytes_available
-print(marked, is_bitsandbytes_available(), "bitsandbytes.nn" in sys.modules)
+try:  # whether anything in this process can import it (peft before 0.22 imported it at its own import)
+    import bitsandbytes.nn
+    importable = True
+except ImportError:
+    importable = False
+print(marked, is_bitsandbytes_available(), importable)
 """
 
 
